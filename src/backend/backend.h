@@ -1,0 +1,117 @@
+// The op interface. Every op has a CPU reference (fp32, and fp64 for gradient
+// checks) and a CUDA implementation (bf16 compute, fp32 masters) with this same
+// signature; the CPU one is the oracle the CUDA one is tested against.
+//
+// Conventions
+// - N = B*T rows (tokens), C = hidden size, row-major everywhere.
+// - Linear layers use the Hugging Face layout: weight (OC, IC), y = x·Wᵀ + b.
+// - Parameter gradients are ACCUMULATED (+=): gradient accumulation over
+//   micro-batches and tied weights both rely on it.
+// - Activation gradients are OVERWRITTEN, except rmsnorm_backward's dinp, which
+//   ADDS (the residual stream's gradient flows through it).
+// - q, k, v live in one fused buffer per row: [q (H*hd) | k (KV*hd) | v (KV*hd)];
+//   gate and up likewise: [gate (F) | up (F)]. The layout stores the weights in
+//   that order so one GEMM computes each.
+// - Unless stated, all tensors of one call share one dtype; tokens/targets are I32.
+//   Statistics (rstd, lse, losses) are F64 on the F64 path and F32 otherwise.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/tensor.h"
+
+namespace st {
+
+enum class Device { CPU, CUDA };
+
+struct AdamWParams {
+  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
+  int step = 1;            // 1-based, for bias correction
+  float grad_scale = 1.0f; // multiplies the gradient first (global-norm clipping)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // ---- memory -------------------------------------------------------------------
+  virtual Tensor alloc(DType dtype, size_t numel) = 0;  // zero-filled
+  virtual void free(Tensor& t) = 0;                      // sets t.data = nullptr
+  virtual void zero(Tensor t) = 0;
+  virtual void fill(Tensor t, double value) = 0;
+  // dst = src element-wise, converting dtype; numel must match.
+  virtual void copy(Tensor dst, Tensor src) = 0;
+  // Host <-> backend: host pointers hold elements of the tensor's own dtype.
+  virtual void upload(Tensor dst, const void* host) = 0;
+  virtual void download(void* host, Tensor src) = 0;
+  virtual void synchronize() {}
+
+  // ---- element-wise -------------------------------------------------------------
+  // out = a + b  (n)
+  virtual void add(Tensor out, Tensor a, Tensor b, size_t n) = 0;
+  // acc += x  (n)
+  virtual void accumulate(Tensor acc, Tensor x, size_t n) = 0;
+  // Sum of squares of x[0:n), computed in double, returned on the host.
+  virtual double sum_squares(Tensor x, size_t n) = 0;
+
+  // ---- embedding ----------------------------------------------------------------
+  // out (N,C) = wte (V,C)[tokens (N)]. Token ids outside [0,V) are an error.
+  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) = 0;
+  // dwte (V,C) += scatter of dout (N,C) by tokens.
+  virtual void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) = 0;
+
+  // ---- RMSNorm: out = inp / sqrt(mean(inp^2) + eps) * weight ---------------------
+  // out (N,C), rstd (N) saved for backward, inp (N,C), weight (C).
+  virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C, float eps) = 0;
+  // dinp (N,C) +=, dweight (C) +=.
+  virtual void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
+                                Tensor rstd, int N, int C) = 0;
+
+  // ---- linear: out (N,OC) = inp (N,IC) · weight (OC,IC)ᵀ + bias (OC, may be empty) -
+  virtual void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) = 0;
+  // dinp (N,IC) = dout·weight (overwritten; skipped when empty),
+  // dweight (OC,IC) += doutᵀ·inp, dbias (OC) += Σ_rows dout (skipped when empty).
+  virtual void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                               Tensor weight, int N, int IC, int OC) = 0;
+
+  // ---- rotary position embedding (Hugging Face "rotate_half" convention) ----------
+  // In place on the q and k parts of qkv (B*T, (H+2KV)*hd); position of row r is
+  // r % T; inv_freq[i] = theta^(-2i/hd), i < hd/2; pairs are (j, j + hd/2).
+  virtual void rope_forward(Tensor qkv, int B, int T, int H, int KV, int hd, float theta) = 0;
+  // The transpose (rotation by -angle), in place on dqkv.
+  virtual void rope_backward(Tensor dqkv, int B, int T, int H, int KV, int hd, float theta) = 0;
+
+  // ---- causal grouped-query attention, softmax scale 1/sqrt(hd) -----------------
+  // out (B*T, H*hd); lse (B, H, T) log-sum-exp of each score row, saved for backward;
+  // qkv (B*T, (H+2KV)*hd). Query head h reads kv head h / (H/KV).
+  // Never materialises more than one score row per (b, h) at a time.
+  virtual void attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) = 0;
+  // dqkv (B*T, (H+2KV)*hd) overwritten.
+  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T,
+                                  int H, int KV, int hd) = 0;
+
+  // ---- SwiGLU: out (N,F) = silu(gate) * up, gu (N, 2F) = [gate | up] per row ------
+  virtual void swiglu_forward(Tensor out, Tensor gu, int N, int F) = 0;
+  // dgu (N, 2F) overwritten.
+  virtual void swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) = 0;
+
+  // ---- cross-entropy, fused forward + backward, in place over logits -------------
+  // logits (N,V) in; losses (N) out (statistics dtype): -log softmax(logits)[target], 0 where
+  // target == ignore_index. When `grad` is true, logits are overwritten with
+  // dloss_scale * (softmax - onehot(target)) (zero rows where ignored).
+  // Targets outside [0,V) other than ignore_index are an error.
+  virtual void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
+                             float dloss_scale, bool grad) = 0;
+
+  // ---- optimizer: AdamW with decoupled weight decay and bias correction ---------
+  // param, grad, m, v (n) are F32. Caller passes weight_decay = 0 for no-decay spans.
+  virtual void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) = 0;
+};
+
+// The CPU reference backend (OpenBLAS GEMMs, fp32 and fp64).
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace st
