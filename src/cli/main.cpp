@@ -1,1 +1,38 @@
-int main() { return 0; }
+// shardtrain: one binary, one subcommand per job.
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "shardtrain: trains Qwen2-family language models with fully sharded data parallelism,\n"
+      "from one CPU to many GPUs. Run `shardtrain <command> --help` for a command's options."};
+  app.name("shardtrain");
+  app.set_version_flag("--version", std::string(SHARDTRAIN_VERSION));
+  app.require_subcommand(1);
+  std::vector<st::Command> commands = {st::add_train_command(app), st::add_presets_command(app)};
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& c : commands)
+      if (c.app->parsed()) return c.run();
+  } catch (const st::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "shardtrain: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "shardtrain: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 1;
+}

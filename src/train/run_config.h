@@ -17,6 +17,13 @@ struct RunConfig {
   // [model]
   std::string model_preset = "tiny";   // model.preset
   std::string model_config;            // model.config: HF config.json (file or dir); wins over preset
+  // Experiment overrides applied on top of the preset / config.json; 0 keeps its value.
+  int model_layers = 0;                // model.layers
+  int model_hidden_size = 0;           // model.hidden_size
+  int model_intermediate_size = 0;     // model.intermediate_size
+  int model_heads = 0;                 // model.heads
+  int model_kv_heads = 0;              // model.kv_heads
+  int model_vocab_size = 0;            // model.vocab_size
   // [train]
   int steps = 300;                     // train.steps
   int seq_len = 128;                   // train.seq_len
@@ -45,11 +52,14 @@ struct RunConfig {
   ModelConfig model;                   // resolved from model.preset / model.config
 };
 
-// Parsed "--section.key=value" overrides, in command-line order.
+// Parsed "--section.key=value" overrides, in command-line order, as {"train.steps", "20"}
+// (a leading "--" on the key is accepted too). Values stay text until load_run_config
+// converts them; a list (data.paths) is comma-separated.
 using ConfigOverrides = std::vector<std::pair<std::string, std::string>>;
 
 // Registers one option per schema key (e.g. --train.steps) on `app`, with its help
-// text and default shown in --help; values given land in `out` in order.
+// text and default shown in --help; values given land in `out` in order. `out` must
+// outlive the parse.
 void add_config_options(CLI::App& app, ConfigOverrides& out);
 
 // Defaults, then the TOML file at `toml_path` (if not empty), then `overrides`;

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Sets up shardtrain on a Debian machine: installs the Debian packages it needs
+# (only those missing, by name), then configures and builds into build/.
+# Safe to run again: it installs nothing twice and rebuilds only what changed.
+# CUDA code is compiled when nvcc is found (PATH or /usr/local/cuda); set
+# SHARDTRAIN_CUDA=OFF to leave it out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libopenblas-dev        # CPU reference GEMMs (cblas)
+  nlohmann-json3-dev     # config.json, metrics, safetensors headers
+  libtomlplusplus-dev    # TOML run configs
+  libcli11-dev           # command line
+  libgtest-dev           # tests
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+build_type=${CMAKE_BUILD_TYPE:-Release}
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DSHARDTRAIN_CUDA="${SHARDTRAIN_CUDA:-ON}" >/dev/null
+cmake --build build -j "$(nproc)"
+echo "setup: built build/shardtrain"

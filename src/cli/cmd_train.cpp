@@ -1,0 +1,37 @@
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "backend/factory.h"
+#include "cli/commands.h"
+#include "dist/comm.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
+
+namespace st {
+
+Command add_train_command(CLI::App& root) {
+  struct State {
+    std::string config;
+    ConfigOverrides overrides;
+  };
+  auto state = std::make_shared<State>();
+  CLI::App* app = root.add_subcommand(
+      "train",
+      "Train a Qwen2 model. With no options: the `tiny` preset on the CPU over the text files in\n"
+      "/usr/share/common-licenses (byte-level tokens), 300 steps, a few minutes on 2 cores.\n"
+      "Settings come from the defaults, then --config FILE, then --section.key=value options.");
+  app->add_option("-c,--config", state->config, "TOML run config, e.g. configs/tiny.toml")->check(CLI::ExistingFile);
+  add_config_options(*app, state->overrides);
+  return {app, [state] {
+            RunConfig cfg = load_run_config(state->config, state->overrides);
+            auto backend = make_backend(cfg.device);
+            auto comm = make_single_comm(*backend);
+            Trainer trainer(cfg, *backend, *comm);
+            trainer.run();
+            return 0;
+          }};
+}
+
+}  // namespace st

@@ -1,0 +1,47 @@
+// Token sources. A micro-batch is B sequences of T+1 tokens: inputs are the first
+// T, targets the last T. Every sample is a pure function of its global index
+//   g = (step * grad_accum + micro) * (world * B) + rank * B + b,
+// so the global batch of a step is the same set of sequences at any world size
+// (ranks draw disjoint samples), and a run resumes at any step exactly.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace st {
+
+struct Batch {
+  int B = 0, T = 0;
+  std::vector<int32_t> inputs;   // (B, T)
+  std::vector<int32_t> targets;  // (B, T)
+};
+
+struct BatchPosition {
+  int64_t step = 0;
+  int micro = 0, grad_accum = 1, rank = 0, world = 1;
+  // Global index of row b of this micro-batch.
+  uint64_t sample(int b, int B) const {
+    return (static_cast<uint64_t>(step) * grad_accum + micro) * static_cast<uint64_t>(world) * B +
+           static_cast<uint64_t>(rank) * B + b;
+  }
+};
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual void fill(Batch& batch, const BatchPosition& pos) const = 0;
+  virtual std::string describe() const = 0;
+};
+
+// Uniform token ids in [0, vocab) — the recipe's synthetic data.
+std::unique_ptr<TokenSource> make_random_source(int vocab_size, uint64_t seed);
+
+// Byte-level tokens (ids 0..255) over local text files; directories are read
+// recursively in name order. Each sample is a window of T+1 bytes at a seeded
+// position in the concatenated corpus. Needs vocab_size >= 256 and a corpus of
+// more than T+1 bytes; errors name the path.
+std::unique_ptr<TokenSource> make_text_source(const std::vector<std::string>& paths, int vocab_size,
+                                              uint64_t seed, int seq_len);
+
+}  // namespace st

@@ -1,0 +1,88 @@
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "data/source.h"
+
+namespace st {
+namespace fs = std::filesystem;
+namespace {
+
+// Regular files under `path` (itself, or recursively in name order), each once
+// even when reached through several symbolic links.
+void collect(const fs::path& path, std::vector<fs::path>& out, std::set<fs::path>& seen) {
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  ST_CHECK(!ec && fs::exists(st), "data.paths: '", path.string(), "' does not exist");
+  if (fs::is_directory(st)) {
+    std::vector<fs::path> entries;
+    for (const auto& e : fs::directory_iterator(path, ec)) entries.push_back(e.path());
+    ST_CHECK(!ec, "data.paths: cannot list '", path.string(), "': ", ec.message());
+    std::sort(entries.begin(), entries.end());
+    for (const auto& e : entries) collect(e, out, seen);
+    return;
+  }
+  if (!fs::is_regular_file(st)) return;
+  const fs::path canon = fs::canonical(path, ec);
+  if (seen.insert(ec ? path : canon).second) out.push_back(path);
+}
+
+class TextSource final : public TokenSource {
+ public:
+  TextSource(std::vector<uint8_t> corpus, size_t files, uint64_t seed)
+      : corpus_(std::move(corpus)), files_(files), rng_(seed, hash_name("data.text")) {}
+
+  void fill(Batch& batch, const BatchPosition& pos) const override {
+    const int B = batch.B, T = batch.T;
+    ST_CHECK(corpus_.size() > static_cast<size_t>(T) + 1, "text corpus of ", corpus_.size(),
+             " bytes is too short for sequences of ", T + 1, " tokens");
+    batch.inputs.resize(static_cast<size_t>(B) * T);
+    batch.targets.resize(static_cast<size_t>(B) * T);
+    const uint64_t starts = corpus_.size() - T;  // windows [s, s + T] with s < starts
+    for (int b = 0; b < B; ++b) {
+      const size_t s = rng_.below(pos.sample(b, B), starts);
+      for (int t = 0; t < T; ++t) {
+        batch.inputs[static_cast<size_t>(b) * T + t] = corpus_[s + t];
+        batch.targets[static_cast<size_t>(b) * T + t] = corpus_[s + t + 1];
+      }
+    }
+  }
+  std::string describe() const override {
+    return "byte-level text, " + std::to_string(files_) + " files, " + human_bytes(static_cast<double>(corpus_.size()));
+  }
+
+ private:
+  std::vector<uint8_t> corpus_;
+  size_t files_;
+  CounterRng rng_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenSource> make_text_source(const std::vector<std::string>& paths, int vocab_size,
+                                              uint64_t seed, int seq_len) {
+  ST_CHECK(vocab_size >= 256, "text data is byte-level and needs a vocab of at least 256 ids; the model has ",
+           vocab_size);
+  ST_CHECK(!paths.empty(), "data.paths is empty: name at least one file or directory for text data");
+  std::vector<fs::path> files;
+  std::set<fs::path> seen;
+  for (const auto& p : paths) collect(p, files, seen);
+  ST_CHECK(!files.empty(), "data.paths: no regular files found under ", paths.front());
+  std::vector<uint8_t> corpus;
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    ST_CHECK(in, "data.paths: cannot read '", f.string(), "'");
+    corpus.insert(corpus.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    corpus.push_back('\n');  // files do not run into each other
+  }
+  ST_CHECK(corpus.size() > static_cast<size_t>(seq_len) + 1, "data.paths: the corpus has ", corpus.size(),
+           " bytes, fewer than one sequence of ", seq_len + 1, " tokens");
+  return std::make_unique<TextSource>(std::move(corpus), files.size(), seed);
+}
+
+}  // namespace st

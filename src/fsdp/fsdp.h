@@ -1,0 +1,78 @@
+// Fully sharded data parallel state (ZeRO-3): per unit, this rank's slice of the
+// fp32 master weights, fp32 gradient, and AdamW moments. The model sees whole
+// units through ParamProvider: acquire all-gathers the unit (in the compute
+// dtype), grad_ready reduce-scatters its gradient into this rank's fp32 shard.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "dist/comm.h"
+#include "model/layout.h"
+#include "model/param_provider.h"
+
+namespace st {
+
+struct FsdpOptions {
+  DType compute_dtype = DType::F32;
+  // Free a unit's gathered weights after its forward and gather again for backward
+  // (saves memory, costs one more all-gather per unit).
+  bool reshard_after_forward = true;
+};
+
+struct FsdpMemory {
+  size_t master_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  size_t gathered_peak_bytes = 0;  // largest gathered weights + gradients seen at once
+};
+
+class Fsdp final : public ParamProvider {
+ public:
+  Fsdp(const ParamLayout& layout, Backend& backend, Comm& comm, FsdpOptions options);
+  ~Fsdp() override;
+  Fsdp(const Fsdp&) = delete;
+  Fsdp& operator=(const Fsdp&) = delete;
+
+  // Seeded initialisation: this rank's shard of the same values at any world size.
+  void init_weights(uint64_t seed, double std = 0.02);
+  // Sets this rank's shard of unit u from the unit's whole unpadded values.
+  void load_unit(int u, const std::vector<float>& values);
+  // Whole unpadded values of unit u (collective: every rank must call it).
+  std::vector<float> gather_unit(int u);
+
+  void zero_grads();
+  // Global L2 norm of the reduced gradient (collective).
+  double grad_norm();
+  // AdamW over every shard; weight decay only where the layout says decay.
+  void step(const AdamWParams& params);
+
+  FsdpMemory memory() const;
+
+  // ParamProvider
+  Tensor acquire(int unit, Pass pass) override;
+  void release(int unit, Pass pass) override;
+  Tensor grad(int unit) override;
+  void grad_ready(int unit) override;
+
+ private:
+  struct Span {
+    size_t offset, numel;
+    bool decay;
+  };
+  struct UnitState {
+    Tensor master, grad, m, v;      // (shard) f32
+    Tensor full, full_grad;         // (padded) compute dtype, while gathered / accumulating
+    int refs = 0;
+    std::vector<Span> spans;        // this rank's shard split by decay
+  };
+  void track_gathered();
+
+  const ParamLayout& layout_;
+  Backend& be_;
+  Comm& comm_;
+  FsdpOptions opt_;
+  std::vector<UnitState> units_;
+  Tensor send_, recv_;              // compute-dtype shard staging (largest shard)
+  size_t gathered_now_ = 0, gathered_peak_ = 0;
+};
+
+}  // namespace st

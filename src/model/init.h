@@ -1,0 +1,16 @@
+// Seeded initialisation as a pure function of (seed, tensor name, element index):
+// the same values whatever the world size, shard boundaries or visiting order.
+// Weights ~ N(0, std) (Hugging Face's initializer_range, 0.02), RMSNorm weights 1,
+// biases 0; padding 0.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "model/layout.h"
+
+namespace st {
+
+// Writes unit elements [begin, end) of the unit's padded flat vector into out.
+void init_unit_values(const Unit& unit, uint64_t seed, double std, size_t begin, size_t end, float* out);
+
+}  // namespace st

@@ -1,0 +1,221 @@
+#include "model/qwen2.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace st {
+
+Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk)
+    : layout_(layout), be_(backend), dt_(dtype), st_(dtype == DType::F64 ? DType::F64 : DType::F32), B_(B), T_(T) {
+  const ModelConfig& c = layout.config();
+  ST_CHECK(B >= 1 && T >= 1, "micro-batch shape must be positive, got B=", B, " T=", T);
+  N_ = B * T;
+  C_ = c.hidden_size;
+  F_ = c.intermediate_size;
+  V_ = c.vocab_size;
+  H_ = c.num_heads;
+  KV_ = c.num_kv_heads;
+  hd_ = c.head_dim();
+  QKV_ = (H_ + 2 * KV_) * hd_;
+  L_ = c.num_layers;
+  chunk_ = head_chunk > 0 ? std::min(head_chunk, N_) : N_;
+  eps_ = static_cast<float>(c.rms_norm_eps);
+  theta_ = static_cast<float>(c.rope_theta);
+
+  auto make = [&](Tensor& t, DType d, size_t n) {
+    t = be_.alloc(d, n);
+    owned_.push_back(&t);
+  };
+  auto make_vec = [&](std::vector<Tensor>& v, int count, DType d, size_t n) {
+    v.resize(count);
+    for (auto& t : v) make(t, d, n);
+  };
+  const size_t N = N_, C = C_, F = F_;
+  make(tokens_, DType::I32, N);
+  make(targets_, DType::I32, N);
+  make_vec(resid_, L_ + 1, dt_, N * C);
+  make_vec(ln1_, L_, dt_, N * C);
+  make_vec(ln2_, L_, dt_, N * C);
+  make_vec(rstd1_, L_, st_, N);
+  make_vec(rstd2_, L_, st_, N);
+  make_vec(qkv_, L_, dt_, N * QKV_);
+  make_vec(att_, L_, dt_, N * H_ * hd_);
+  make_vec(lse_, L_, st_, static_cast<size_t>(B_) * H_ * T_);
+  make_vec(mid_, L_, dt_, N * C);
+  make_vec(gu_, L_, dt_, N * 2 * F);
+  make_vec(sw_, L_, dt_, N * F);
+  make(lnf_, dt_, N * C);
+  make(rstdf_, st_, N);
+  make(logits_, dt_, static_cast<size_t>(chunk_) * V_);
+  make(losses_, st_, N);
+  make(dresid_, dt_, N * C);
+  make(dln_, dt_, N * C);
+  make(datt_, dt_, N * H_ * hd_);
+  make(dqkv_, dt_, N * QKV_);
+  make(dgu_, dt_, N * 2 * F);
+  make(dsw_, dt_, N * F);
+  make(tmp_, dt_, N * C);
+}
+
+Qwen2Model::~Qwen2Model() {
+  for (Tensor* t : owned_) be_.free(*t);
+}
+
+size_t Qwen2Model::activation_bytes() const {
+  size_t n = 0;
+  for (const Tensor* t : owned_) n += t->bytes();
+  return n;
+}
+
+void Qwen2Model::forward_blocks(ParamProvider& params) {
+  const BlockOffsets& o = layout_.block();
+  const size_t C = C_, F = F_, QKV = QKV_, A = static_cast<size_t>(H_) * hd_;
+  for (int l = 0; l < L_; ++l) {
+    const int u = layout_.layer_unit(l);
+    Tensor w = params.acquire(u, Pass::Forward);
+    be_.rmsnorm_forward(ln1_[l], rstd1_[l], resid_[l], w.slice(o.ln1, C), N_, C_, eps_);
+    be_.matmul_forward(qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), N_, C_, QKV_);
+    be_.rope_forward(qkv_[l], B_, T_, H_, KV_, hd_, theta_);
+    be_.attention_forward(att_[l], lse_[l], qkv_[l], B_, T_, H_, KV_, hd_);
+    be_.matmul_forward(tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, N_, H_ * hd_, C_);
+    be_.add(mid_[l], resid_[l], tmp_, N_ * C);
+    be_.rmsnorm_forward(ln2_[l], rstd2_[l], mid_[l], w.slice(o.ln2, C), N_, C_, eps_);
+    be_.matmul_forward(gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, N_, C_, 2 * F_);
+    be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
+    be_.matmul_forward(tmp_, sw_[l], w.slice(o.down_w, C * F), Tensor{}, N_, F_, C_);
+    be_.add(resid_[l + 1], mid_[l], tmp_, N_ * C);
+    params.release(u, Pass::Forward);
+  }
+}
+
+LossSum Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int ignore_index,
+                         float* logits_out) {
+  const size_t C = C_, V = V_;
+  const int fu = layout_.final_unit(), hu = layout_.lm_head_unit();
+  Tensor wf = params.acquire(fu, Pass::Forward);
+  // For a tied head this unit (the embedding) is still held from the forward start.
+  Tensor wh = hu == fu ? wf : params.acquire(hu, Pass::Forward);
+  Tensor w_lm = wh.slice(layout_.lm_head_offset(), V * C);  // (V, C)
+  be_.rmsnorm_forward(lnf_, rstdf_, resid_[L_], wf.slice(layout_.final_norm_offset(), C), N_, C_, eps_);
+
+  Tensor dw_lm = grad ? params.grad(hu).slice(layout_.lm_head_offset(), V * C) : Tensor{};
+  Tensor logits_f32;
+  if (logits_out && dt_ != DType::F32) logits_f32 = be_.alloc(DType::F32, static_cast<size_t>(chunk_) * V);
+  for (int r0 = 0; r0 < N_; r0 += chunk_) {
+    const int rows = std::min(chunk_, N_ - r0);
+    Tensor logits = logits_.slice(0, rows * V);                   // (rows, V)
+    Tensor x = lnf_.slice(static_cast<size_t>(r0) * C, rows * C);  // (rows, C)
+    be_.matmul_forward(logits, x, w_lm, Tensor{}, rows, C_, V_);
+    if (logits_out) {
+      float* dst = logits_out + static_cast<size_t>(r0) * V;
+      if (dt_ == DType::F32) {
+        be_.download(dst, logits);
+      } else {
+        Tensor f = logits_f32.slice(0, rows * V);
+        be_.copy(f, logits);
+        be_.download(dst, f);
+      }
+    }
+    be_.cross_entropy(losses_.slice(r0, rows), logits, targets_.slice(r0, rows), rows, V_, ignore_index,
+                      dloss_scale, grad);
+    if (grad)  // logits now hold dlogits
+      be_.matmul_backward(dln_.slice(static_cast<size_t>(r0) * C, rows * C), dw_lm, Tensor{}, logits, x, w_lm,
+                          rows, C_, V_);
+  }
+  if (!logits_f32.empty()) be_.free(logits_f32);
+
+  if (grad) {
+    be_.zero(dresid_);
+    be_.rmsnorm_backward(dresid_, params.grad(fu).slice(layout_.final_norm_offset(), C), dln_, resid_[L_],
+                         wf.slice(layout_.final_norm_offset(), C), rstdf_, N_, C_);
+  }
+  if (hu != fu) params.release(hu, Pass::Forward);
+  params.release(fu, Pass::Forward);
+  if (grad) params.grad_ready(fu);
+
+  // Sum the per-token losses on the host, in double.
+  LossSum out;
+  std::vector<int32_t> tg(N_);
+  be_.download(tg.data(), targets_);
+  if (st_ == DType::F64) {
+    std::vector<double> ls(N_);
+    be_.download(ls.data(), losses_);
+    for (int i = 0; i < N_; ++i)
+      if (tg[i] != ignore_index) out.sum += ls[i], ++out.count;
+  } else {
+    std::vector<float> ls(N_);
+    be_.download(ls.data(), losses_);
+    for (int i = 0; i < N_; ++i)
+      if (tg[i] != ignore_index) out.sum += ls[i], ++out.count;
+  }
+  return out;
+}
+
+void Qwen2Model::backward_blocks(ParamProvider& params) {
+  const BlockOffsets& o = layout_.block();
+  const size_t C = C_, F = F_, QKV = QKV_, A = static_cast<size_t>(H_) * hd_;
+  for (int l = L_ - 1; l >= 0; --l) {
+    const int u = layout_.layer_unit(l);
+    Tensor w = params.acquire(u, Pass::Backward);
+    Tensor g = params.grad(u);
+    // resid[l+1] = mid + down(swiglu(gate_up(norm2(mid)))): dresid flows to mid unchanged.
+    be_.matmul_backward(dsw_, g.slice(o.down_w, C * F), Tensor{}, dresid_, sw_[l], w.slice(o.down_w, C * F), N_,
+                        F_, C_);
+    be_.swiglu_backward(dgu_, dsw_, gu_[l], N_, F_);
+    be_.matmul_backward(dln_, g.slice(o.gate_up_w, 2 * F * C), Tensor{}, dgu_, ln2_[l],
+                        w.slice(o.gate_up_w, 2 * F * C), N_, C_, 2 * F_);
+    be_.rmsnorm_backward(dresid_, g.slice(o.ln2, C), dln_, mid_[l], w.slice(o.ln2, C), rstd2_[l], N_, C_);
+    // mid = resid + o_proj(attention(rope(qkv(norm1(resid))))).
+    be_.matmul_backward(datt_, g.slice(o.o_w, C * A), Tensor{}, dresid_, att_[l], w.slice(o.o_w, C * A), N_,
+                        H_ * hd_, C_);
+    be_.attention_backward(dqkv_, datt_, att_[l], lse_[l], qkv_[l], B_, T_, H_, KV_, hd_);
+    be_.rope_backward(dqkv_, B_, T_, H_, KV_, hd_, theta_);
+    be_.matmul_backward(dln_, g.slice(o.qkv_w, QKV * C), g.slice(o.qkv_b, QKV), dqkv_, ln1_[l],
+                        w.slice(o.qkv_w, QKV * C), N_, C_, QKV_);
+    be_.rmsnorm_backward(dresid_, g.slice(o.ln1, C), dln_, resid_[l], w.slice(o.ln1, C), rstd1_[l], N_, C_);
+    params.release(u, Pass::Backward);
+    params.grad_ready(u);
+  }
+}
+
+LossSum Qwen2Model::forward_backward(ParamProvider& params, const int32_t* tokens, const int32_t* targets,
+                                     float dloss_scale, int ignore_index) {
+  const int eu = layout_.embed_unit();
+  const bool tied = layout_.lm_head_unit() == eu;
+  const size_t C = C_, V = V_;
+  be_.upload(tokens_, tokens);
+  be_.upload(targets_, targets);
+
+  Tensor we = params.acquire(eu, Pass::Forward);  // held to the end when tied
+  be_.embedding_forward(resid_[0], tokens_, we.slice(layout_.embed_offset(), V * C), N_, C_, V_);
+  if (!tied) params.release(eu, Pass::Forward);
+
+  forward_blocks(params);
+  LossSum loss = head(params, true, dloss_scale, ignore_index, nullptr);
+  backward_blocks(params);
+
+  if (!tied) params.acquire(eu, Pass::Backward);
+  be_.embedding_backward(params.grad(eu).slice(layout_.embed_offset(), V * C), dresid_, tokens_, N_, C_, V_);
+  params.release(eu, tied ? Pass::Forward : Pass::Backward);
+  params.grad_ready(eu);
+  return loss;
+}
+
+LossSum Qwen2Model::forward(ParamProvider& params, const int32_t* tokens, const int32_t* targets, int ignore_index,
+                            float* logits_out) {
+  const int eu = layout_.embed_unit();
+  const bool tied = layout_.lm_head_unit() == eu;
+  const size_t C = C_, V = V_;
+  be_.upload(tokens_, tokens);
+  be_.upload(targets_, targets);
+  Tensor we = params.acquire(eu, Pass::Forward);
+  be_.embedding_forward(resid_[0], tokens_, we.slice(layout_.embed_offset(), V * C), N_, C_, V_);
+  if (!tied) params.release(eu, Pass::Forward);
+  forward_blocks(params);
+  LossSum loss = head(params, false, 0.0f, ignore_index, logits_out);
+  if (tied) params.release(eu, Pass::Forward);
+  return loss;
+}
+
+}  // namespace st

@@ -1,0 +1,77 @@
+// The Qwen2 decoder as a forward/backward program over the op interface.
+// It owns activations for one micro-batch shape (B, T) and reads weights through a
+// ParamProvider, one unit at a time, so FSDP decides what is gathered when.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/layout.h"
+#include "model/param_provider.h"
+
+namespace st {
+
+struct LossSum {
+  double sum = 0;     // Σ per-token loss over non-ignored targets
+  int64_t count = 0;  // number of non-ignored targets
+};
+
+class Qwen2Model {
+ public:
+  // dtype: activation dtype (F32 or F64 on the CPU; BF16 on CUDA).
+  // head_chunk: rows of logits materialised at a time by the lm_head + loss.
+  Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk = 0);
+  ~Qwen2Model();
+  Qwen2Model(const Qwen2Model&) = delete;
+  Qwen2Model& operator=(const Qwen2Model&) = delete;
+
+  // One micro-batch: forward, loss, and backward into provider.grad(...).
+  // tokens, targets: host arrays of B*T ids. Gradients are scaled by dloss_scale
+  // (1 / number of valid targets in the whole global batch gives the mean).
+  LossSum forward_backward(ParamProvider& params, const int32_t* tokens, const int32_t* targets,
+                           float dloss_scale, int ignore_index);
+
+  // Forward only. If logits_out is not null it receives B*T*V fp32 logits.
+  LossSum forward(ParamProvider& params, const int32_t* tokens, const int32_t* targets, int ignore_index,
+                  float* logits_out = nullptr);
+
+  // Bytes of activation and scratch memory this model holds.
+  size_t activation_bytes() const;
+
+ private:
+  void forward_blocks(ParamProvider& params);
+  LossSum head(ParamProvider& params, bool grad, float dloss_scale, int ignore_index, float* logits_out);
+  void backward_blocks(ParamProvider& params);
+
+  const ParamLayout& layout_;
+  Backend& be_;
+  DType dt_, st_;  // activations, statistics
+  int B_, T_, N_, C_, F_, V_, H_, KV_, hd_, QKV_, L_, chunk_;
+  float eps_, theta_;
+
+  // Activations, saved for backward (shape comments per layer l).
+  Tensor tokens_, targets_;        // (N) i32
+  std::vector<Tensor> resid_;      // L+1 x (N, C): input of layer l; resid_[L] feeds the final norm
+  std::vector<Tensor> ln1_, ln2_;  // L x (N, C)
+  std::vector<Tensor> rstd1_, rstd2_;  // L x (N)
+  std::vector<Tensor> qkv_;        // L x (N, QKV) after RoPE
+  std::vector<Tensor> att_;        // L x (N, C) attention output before o_proj
+  std::vector<Tensor> lse_;        // L x (B, H, T)
+  std::vector<Tensor> mid_;        // L x (N, C) residual after attention
+  std::vector<Tensor> gu_;         // L x (N, 2F) [gate | up]
+  std::vector<Tensor> sw_;         // L x (N, F) silu(gate) * up
+  Tensor lnf_, rstdf_;             // (N, C), (N)
+  Tensor logits_;                  // (chunk, V)
+  Tensor losses_;                  // (N)
+  // Backward scratch.
+  Tensor dresid_;                  // (N, C) gradient of the residual stream
+  Tensor dln_;                     // (N, C)
+  Tensor datt_;                    // (N, C)
+  Tensor dqkv_;                    // (N, QKV)
+  Tensor dgu_;                     // (N, 2F)
+  Tensor dsw_;                     // (N, F)
+  Tensor tmp_;                     // (N, C)
+  std::vector<Tensor*> owned_;
+};
+
+}  // namespace st

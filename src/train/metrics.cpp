@@ -1,0 +1,82 @@
+#include "train/metrics.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace st {
+
+namespace {
+std::string format_duration(double s) {
+  char buf[32];
+  if (!std::isfinite(s) || s < 0) return "?";
+  const int t = static_cast<int>(s + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", t / 3600, t / 60 % 60);
+  else if (t >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%.1fs", s);
+  return buf;
+}
+}  // namespace
+
+std::string format_step_line(const StepMetrics& m) {
+  char buf[256];
+  const int width = static_cast<int>(std::to_string(m.total_steps).size());
+  std::snprintf(buf, sizeof buf, "step %*d/%d | loss %.4f | lr %.3e | grad_norm %.4f | %s tok/s | elapsed %s", width,
+                m.step, m.total_steps, m.loss, m.lr, m.grad_norm, human_count(m.tokens_per_s).c_str(),
+                format_duration(m.elapsed_s).c_str());
+  return buf;
+}
+
+MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+  if (path.empty()) return;
+  out_.open(path, std::ios::trunc);
+  ST_CHECK(out_, "cannot open metrics file '", path, "' for writing");
+}
+
+void MetricsLog::write(const nlohmann::json& record) {
+  if (!out_.is_open()) return;
+  out_ << record.dump() << '\n';
+  out_.flush();
+  ST_CHECK(out_, "writing metrics file '", path_, "' failed");
+}
+
+void MetricsLog::write_step(const StepMetrics& m) {
+  write({{"step", m.step},
+         {"loss", m.loss},
+         {"lr", m.lr},
+         {"grad_norm", m.grad_norm},
+         {"tokens_per_s", m.tokens_per_s},
+         {"elapsed_s", m.elapsed_s},
+         {"tokens", m.tokens}});
+}
+
+ProgressBar::ProgressBar(const std::string& mode) {
+  enabled_ = mode == "on" || (mode == "auto" && isatty(STDOUT_FILENO));
+}
+
+void ProgressBar::update(const StepMetrics& m) {
+  if (!enabled_) return;
+  constexpr int kWidth = 30;
+  const double frac = m.total_steps > 0 ? static_cast<double>(m.step) / m.total_steps : 1.0;
+  const int filled = static_cast<int>(frac * kWidth);
+  std::string bar(filled, '#');
+  bar.append(kWidth - filled, '.');
+  const double eta = m.step > 0 ? m.elapsed_s / m.step * (m.total_steps - m.step) : 0;
+  std::printf("\r\033[K[%s] %d/%d loss %.4f %s tok/s eta %s", bar.c_str(), m.step, m.total_steps, m.loss,
+              human_count(m.tokens_per_s).c_str(), format_duration(eta).c_str());
+  std::fflush(stdout);
+  drawn_ = true;
+}
+
+void ProgressBar::clear() {
+  if (!drawn_) return;
+  std::printf("\r\033[K");
+  std::fflush(stdout);
+  drawn_ = false;
+}
+
+}  // namespace st

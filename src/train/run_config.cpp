@@ -1,0 +1,519 @@
+// The run configuration. One schema table below lists every key once; the TOML
+// reader, the command-line options, the range checks and the TOML writer all walk it,
+// so a new key is one line here plus its field in RunConfig.
+#include "train/run_config.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <toml++/toml.h>
+#include <variant>
+
+#include "core/error.h"
+
+namespace st {
+
+namespace {
+
+constexpr const char* kCommandLine = "command line";
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Where a RunConfig field got its value; errors start with `where`.
+struct Origin {
+  std::string where = "default";
+  long line = 0;  // TOML line, 0 where there is none
+};
+
+// ---- the schema -----------------------------------------------------------------
+
+using Field = std::variant<int RunConfig::*, uint64_t RunConfig::*, double RunConfig::*,
+                           std::string RunConfig::*, std::vector<std::string> RunConfig::*>;
+
+// A numeric interval. contains() is written so that NaN is never inside.
+struct Range {
+  double lo = -kInf, hi = kInf;
+  bool lo_open = false, hi_open = false;
+  bool contains(double v) const {
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+};
+Range at_least(double lo) { return {lo, kInf, false, false}; }
+Range above(double lo) { return {lo, kInf, true, false}; }
+Range below(double hi) { return {-kInf, hi, false, true}; }
+Range closed(double lo, double hi) { return {lo, hi, false, false}; }
+Range half_open(double lo, double hi) { return {lo, hi, false, true}; }
+
+struct Key {
+  std::string name;  // "section.key": the TOML key and the --section.key option
+  Field field;
+  std::string help;
+  std::optional<Range> range = {};
+  std::vector<std::string> choices = {};  // non-empty: a string that must be one of these
+};
+
+const std::vector<Key>& schema() {
+  static const std::vector<Key> keys = [] {
+    std::string presets;
+    for (const std::string& n : model_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+    const char* keep = "; 0 keeps the preset's / config.json's value";
+    return std::vector<Key>{
+        {"model.preset", &RunConfig::model_preset, "built-in model: " + presets},
+        {"model.config", &RunConfig::model_config,
+         "Hugging Face config.json (file or directory); when set it wins over model.preset"},
+        {"model.layers", &RunConfig::model_layers, std::string("number of layers") + keep, at_least(0)},
+        {"model.hidden_size", &RunConfig::model_hidden_size, std::string("hidden size") + keep, at_least(0)},
+        {"model.intermediate_size", &RunConfig::model_intermediate_size,
+         std::string("MLP intermediate size") + keep, at_least(0)},
+        {"model.heads", &RunConfig::model_heads, std::string("attention heads") + keep, at_least(0)},
+        {"model.kv_heads", &RunConfig::model_kv_heads, std::string("key/value heads") + keep, at_least(0)},
+        {"model.vocab_size", &RunConfig::model_vocab_size, std::string("vocabulary size") + keep, at_least(0)},
+
+        {"train.steps", &RunConfig::steps, "optimizer steps", at_least(1)},
+        {"train.seq_len", &RunConfig::seq_len, "tokens per sequence (at most the model's max_position_embeddings)",
+         at_least(1)},
+        {"train.micro_batch", &RunConfig::micro_batch, "sequences per forward/backward pass", at_least(1)},
+        {"train.grad_accum", &RunConfig::grad_accum, "micro-batches accumulated per optimizer step", at_least(1)},
+        {"train.seed", &RunConfig::seed, "seed for initialisation and data order"},
+        {"train.device", &RunConfig::device, "where to train", {}, {"cpu", "cuda"}},
+        {"train.log_every", &RunConfig::log_every, "log loss and throughput every N steps", at_least(1)},
+
+        {"optim.lr", &RunConfig::lr, "peak learning rate (AdamW)", above(0)},
+        {"optim.min_lr_ratio", &RunConfig::min_lr_ratio, "cosine decay ends at lr * min_lr_ratio", closed(0, 1)},
+        {"optim.warmup_steps", &RunConfig::warmup_steps, "linear warmup steps", at_least(0)},
+        {"optim.beta1", &RunConfig::beta1, "AdamW beta1", half_open(0, 1)},
+        {"optim.beta2", &RunConfig::beta2, "AdamW beta2", half_open(0, 1)},
+        {"optim.eps", &RunConfig::eps, "AdamW epsilon", above(0)},
+        {"optim.weight_decay", &RunConfig::weight_decay, "decoupled weight decay", at_least(0)},
+        {"optim.grad_clip", &RunConfig::grad_clip, "clip the global gradient norm to this; 0 disables",
+         at_least(0)},
+
+        {"data.source", &RunConfig::data_source, "random tokens, or byte-level text from data.paths", {},
+         {"random", "text"}},
+        {"data.paths", &RunConfig::data_paths,
+         "text files or directories (comma-separated on the command line)"},
+        // Negative so that it can never collide with a token id.
+        {"data.ignore_index", &RunConfig::ignore_index, "target id that the loss skips", below(0)},
+
+        {"run.out_dir", &RunConfig::out_dir, "directory for logs, config and checkpoints"},
+        {"run.progress", &RunConfig::progress, "progress bar (auto: only on a terminal)", {},
+         {"auto", "on", "off"}},
+    };
+  }();
+  return keys;
+}
+
+std::string section_of(const std::string& name) { return name.substr(0, name.find('.')); }
+
+const Key* find_key(const std::string& name) {
+  for (const Key& k : schema())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+std::vector<std::string> sections() {
+  std::vector<std::string> out;
+  for (const Key& k : schema())
+    if (out.empty() || out.back() != section_of(k.name)) out.push_back(section_of(k.name));
+  return out;
+}
+
+std::string known_sections() {
+  std::string s;
+  for (const std::string& sec : sections()) s += (s.empty() ? "[" : ", [") + sec + "]";
+  return s;
+}
+
+std::string known_keys_in(const std::string& section) {
+  std::string s;
+  for (const Key& k : schema())
+    if (section_of(k.name) == section) s += (s.empty() ? "" : ", ") + k.name.substr(section.size() + 1);
+  return s;
+}
+
+// The error for a key the schema does not know, with the keys it does know.
+[[noreturn]] void fail_unknown(const std::string& where, const std::string& name, const std::string& at) {
+  const std::string sec = section_of(name);
+  if (name.find('.') == std::string::npos)
+    fail(where, ": unknown key '", name, "'", at, " (keys belong in a section: ", known_sections(), ")");
+  if (known_keys_in(sec).empty())
+    fail(where, ": unknown key '", name, "'", at, " (known sections: ", known_sections(), ")");
+  fail(where, ": unknown key '", name, "'", at, " (known keys in [", sec, "]: ", known_keys_in(sec), ")");
+}
+
+// ---- values: text, TOML, and the type rules shared by both -------------------------
+
+std::string format_double(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back exactly
+  return std::string(buf, r.ptr);
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+// "an integer", "one of cpu, cuda", ... as used in "must be ..." / "expects ...".
+std::string expected_text(const Key& k) {
+  if (!k.choices.empty()) return "one of " + join(k.choices, ", ");
+  switch (k.field.index()) {
+    case 0: return "an integer";
+    case 1: return "a non-negative integer";
+    case 2: return "a number";
+    case 3: return "a string";
+    default: return "an array of strings";
+  }
+}
+
+std::string toml_type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a floating-point number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    default: return "nothing";
+  }
+}
+
+// " (line 4)" after a message, or " at line 4" inside one; empty when unknown.
+std::string line_text(const toml::node& n) {
+  return n.source().begin.line ? " (line " + std::to_string(n.source().begin.line) + ")" : "";
+}
+std::string at_line(const toml::node& n) {
+  return n.source().begin.line ? " at line " + std::to_string(n.source().begin.line) : "";
+}
+
+// Integer range checks that belong to the type (32-bit fields; a seed TOML can hold).
+bool fits_field(const Field& f, long long v) {
+  if (f.index() == 0) return v >= INT_MIN && v <= INT_MAX;
+  if (f.index() == 1) return v >= 0;
+  return true;
+}
+
+// Stores TOML value `v` into the field of `k`; errors name the file, the key and the line.
+void set_from_toml(RunConfig& cfg, const Key& k, const toml::node& v, const std::string& file) {
+  auto wrong_type = [&](const std::string& got) {
+    fail(file, ": key '", k.name, "' must be ", expected_text(k), ", got ", got, line_text(v));
+  };
+  std::visit(
+      [&](auto member) {
+        using T = std::remove_reference_t<decltype(cfg.*member)>;
+        if constexpr (std::is_same_v<T, int> || std::is_same_v<T, uint64_t>) {
+          if (!v.is_integer()) wrong_type(toml_type_name(v));
+          const long long x = v.as_integer()->get();
+          if (!fits_field(k.field, x))
+            wrong_type(std::to_string(x) + (x < 0 ? "" : ", which does not fit in 32 bits"));
+          cfg.*member = static_cast<T>(x);
+        } else if constexpr (std::is_same_v<T, double>) {
+          // An integer is a fine number: `weight_decay = 0` should not need a ".0".
+          if (!v.is_floating_point() && !v.is_integer()) wrong_type(toml_type_name(v));
+          cfg.*member = v.is_integer() ? static_cast<double>(v.as_integer()->get())
+                                       : v.as_floating_point()->get();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!v.is_string()) wrong_type(toml_type_name(v));
+          cfg.*member = v.as_string()->get();
+        } else {
+          if (!v.is_array()) wrong_type(toml_type_name(v));
+          T items;
+          for (const toml::node& e : *v.as_array()) {
+            if (!e.is_string()) wrong_type("an array holding " + toml_type_name(e));
+            items.push_back(e.as_string()->get());
+          }
+          cfg.*member = std::move(items);
+        }
+      },
+      k.field);
+}
+
+// Stores command-line text into the field of `k`, with the same type rules as TOML.
+void set_from_text(RunConfig& cfg, const Key& k, const std::string& text) {
+  auto bad = [&]() { fail(kCommandLine, ": --", k.name, " expects ", expected_text(k), ", got '", text, "'"); };
+  const char* b = text.data();
+  const char* e = b + text.size();
+  std::visit(
+      [&](auto member) {
+        using T = std::remove_reference_t<decltype(cfg.*member)>;
+        if constexpr (std::is_same_v<T, int> || std::is_same_v<T, uint64_t>) {
+          long long x = 0;  // TOML integers are signed 64-bit; so are ours, to round-trip
+          auto r = std::from_chars(b, e, x);
+          if (text.empty() || r.ec != std::errc() || r.ptr != e || !fits_field(k.field, x)) bad();
+          cfg.*member = static_cast<T>(x);
+        } else if constexpr (std::is_same_v<T, double>) {
+          double x = 0;
+          auto r = std::from_chars(b, e, x);
+          if (text.empty() || r.ec != std::errc() || r.ptr != e) bad();
+          cfg.*member = x;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          cfg.*member = text;
+        } else {
+          T items;  // "a,b,c"; empty pieces are dropped, so "" is the empty list
+          std::stringstream ss(text);
+          for (std::string item; std::getline(ss, item, ',');)
+            if (!item.empty()) items.push_back(item);
+          cfg.*member = std::move(items);
+        }
+      },
+      k.field);
+}
+
+// The value of `k` as TOML (for run_config_toml) or as plain text (for --help).
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string value_text(const RunConfig& cfg, const Key& k, bool as_toml) {
+  return std::visit(
+      [&](auto member) -> std::string {
+        const auto& v = cfg.*member;
+        using T = std::remove_cvref_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, int> || std::is_same_v<T, uint64_t>) {
+          return std::to_string(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          std::string s = format_double(v);
+          // TOML reads "1" as an integer; keep floats floats ("inf"/"nan" are TOML too).
+          if (as_toml && s.find_first_of(".eEn") == std::string::npos) s += ".0";
+          return s;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return as_toml ? quote(v) : v;
+        } else {
+          if (!as_toml) return join(v, ",");
+          std::vector<std::string> q;
+          for (const std::string& s : v) q.push_back(quote(s));
+          return "[" + join(q, ", ") + "]";
+        }
+      },
+      k.field);
+}
+
+// The placeholder --help shows: INT, FLOAT, cpu|cuda, ...
+std::string type_label(const Key& k) {
+  if (!k.choices.empty()) return join(k.choices, "|");
+  static const char* const names[] = {"INT", "UINT", "FLOAT", "TEXT", "LIST"};
+  return names[k.field.index()];
+}
+
+// ---- the layers: TOML file, then command line --------------------------------------
+
+using Origins = std::map<std::string, Origin>;
+
+void read_toml(const std::string& path, RunConfig& cfg, Origins& origins) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open run config");
+  std::stringstream text;
+  text << in.rdbuf();
+
+  toml::table root;
+  try {
+    root = toml::parse(text.str(), path);
+  } catch (const toml::parse_error& e) {
+    fail(path, ":", e.source().begin.line, ":", e.source().begin.column, ": TOML syntax error: ",
+         e.description());
+  }
+
+  for (const auto& [sec_key, sec_node] : root) {
+    const std::string sec(sec_key.str());
+    const bool known = !known_keys_in(sec).empty();
+    if (!known && !sec_node.is_table()) fail_unknown(path, sec, at_line(sec_node));  // keys live in [sections]
+    if (!known)
+      fail(path, ": unknown section [", sec, "]", at_line(sec_node), " (known sections: ", known_sections(), ")");
+    if (!sec_node.is_table())
+      fail(path, ": '", sec, "' must be the section [", sec, "], got ", toml_type_name(sec_node), line_text(sec_node));
+    for (const auto& [key, node] : *sec_node.as_table()) {
+      const std::string name = sec + "." + std::string(key.str());
+      const Key* k = find_key(name);
+      if (!k) fail_unknown(path, name, at_line(node));
+      set_from_toml(cfg, *k, node, path);
+      origins[name] = {path, static_cast<long>(node.source().begin.line)};
+    }
+  }
+}
+
+void apply_overrides(const ConfigOverrides& overrides, RunConfig& cfg, Origins& origins) {
+  for (const auto& [raw_name, value] : overrides) {
+    // Accept "--train.steps" as well as "train.steps".
+    const std::string name = raw_name.rfind("--", 0) == 0 ? raw_name.substr(2) : raw_name;
+    const Key* k = find_key(name);
+    if (!k) fail_unknown(kCommandLine, name, "");
+    set_from_text(cfg, *k, value);
+    origins[name] = {kCommandLine, 0};
+  }
+}
+
+// ---- checks and model resolution -----------------------------------------------------
+
+// "configs/x.toml: train.steps<parts> (line 4)" or "command line: --train.steps<parts>".
+template <class... Parts>
+[[noreturn]] void fail_key(const Origins& origins, const std::string& name, Parts&&... parts) {
+  auto it = origins.find(name);
+  const Origin o = it == origins.end() ? Origin{} : it->second;
+  std::ostringstream os;
+  (os << ... << std::forward<Parts>(parts));
+  const std::string shown = o.where == kCommandLine ? "--" + name : name;
+  fail(o.where, ": ", shown, os.str(), o.line ? " (line " + std::to_string(o.line) + ")" : "");
+}
+
+std::string describe(const Range& r) {
+  const bool has_lo = std::isfinite(r.lo), has_hi = std::isfinite(r.hi);
+  if (has_lo && has_hi)
+    return std::string("in ") + (r.lo_open ? "(" : "[") + format_double(r.lo) + ", " + format_double(r.hi) +
+           (r.hi_open ? ")" : "]");
+  if (has_lo) return (r.lo_open ? "> " : ">= ") + format_double(r.lo);
+  return (r.hi_open ? "< " : "<= ") + format_double(r.hi);
+}
+
+void check_values(const RunConfig& cfg, const Origins& origins) {
+  for (const Key& k : schema()) {
+    if (k.range) {
+      double v = 0;
+      std::visit(
+          [&](auto member) {
+            if constexpr (std::is_arithmetic_v<std::remove_cvref_t<decltype(cfg.*member)>>)
+              v = static_cast<double>(cfg.*member);
+          },
+          k.field);
+      if (!k.range->contains(v))
+        fail_key(origins, k.name, " must be ", describe(*k.range), ", got ", value_text(cfg, k, false));
+    }
+    if (!k.choices.empty()) {
+      const std::string v = value_text(cfg, k, false);
+      if (std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end())
+        fail_key(origins, k.name, " must be ", expected_text(k), ", got '", v, "'");
+    }
+  }
+  if (cfg.out_dir.empty()) fail_key(origins, "run.out_dir", " must not be empty");
+  // Only non-empty here: whether the paths exist is the data loader's business.
+  if (cfg.data_source == "text" && cfg.data_paths.empty())
+    fail_key(origins, "data.paths", " must list at least one file or directory when data.source is 'text'");
+}
+
+std::string origin_text(const Origins& origins, const std::string& name) {
+  auto it = origins.find(name);
+  return it == origins.end() ? "default" : it->second.where;
+}
+
+// model.config (a config.json) wins over model.preset; then the model.* overrides.
+// The source stays the preset name or config.json path (the trainer prints it) plus
+// each override and where it came from, so validate_model_config's errors say both.
+ModelConfig resolve_model(const RunConfig& cfg, const Origins& origins) {
+  ModelConfig m;
+  if (!cfg.model_config.empty()) {
+    try {
+      m = load_hf_config(cfg.model_config);
+    } catch (const Error& e) {
+      fail_key(origins, "model.config", " = '", cfg.model_config, "': ", e.what());
+    }
+  } else {
+    try {
+      m = model_preset(cfg.model_preset);
+    } catch (const Error& e) {
+      fail_key(origins, "model.preset", ": ", e.what());
+    }
+  }
+
+  const struct {
+    const char* key;
+    int value;    // 0: not overridden
+    int* target;
+  } overrides[] = {
+      {"model.layers", cfg.model_layers, &m.num_layers},
+      {"model.hidden_size", cfg.model_hidden_size, &m.hidden_size},
+      {"model.intermediate_size", cfg.model_intermediate_size, &m.intermediate_size},
+      {"model.heads", cfg.model_heads, &m.num_heads},
+      {"model.kv_heads", cfg.model_kv_heads, &m.num_kv_heads},
+      {"model.vocab_size", cfg.model_vocab_size, &m.vocab_size},
+  };
+  std::vector<std::string> applied;
+  for (const auto& o : overrides) {
+    if (o.value == 0) continue;
+    *o.target = o.value;
+    applied.push_back(std::string(o.key) + "=" + std::to_string(o.value) + " (" + origin_text(origins, o.key) + ")");
+  }
+  if (!applied.empty()) m.source += " with " + join(applied, ", ");
+  validate_model_config(m);
+  return m;
+}
+
+}  // namespace
+
+void add_config_options(CLI::App& app, ConfigOverrides& out) {
+  const RunConfig defaults;
+  for (const Key& k : schema()) {
+    const std::string name = k.name;
+    CLI::Option* opt = app.add_option_function<std::string>(
+        "--" + name, [&out, name](const std::string& v) { out.emplace_back(name, v); }, k.help);
+    // trigger_on_parse runs the callback as each option is met, so `out` keeps the
+    // command-line order (CLI11 otherwise runs callbacks in registration order) and a
+    // repeated option is recorded each time (the last one wins when applied).
+    opt->trigger_on_parse()
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+        ->type_name(type_label(k))
+        ->default_str(value_text(defaults, k, false))
+        ->group("Run configuration [" + section_of(name) + "]");
+  }
+}
+
+RunConfig load_run_config(const std::string& toml_path, const ConfigOverrides& overrides) {
+  RunConfig cfg;
+  Origins origins;
+  if (!toml_path.empty()) read_toml(toml_path, cfg, origins);
+  apply_overrides(overrides, cfg, origins);
+  check_values(cfg, origins);
+  cfg.model = resolve_model(cfg, origins);
+  if (cfg.seq_len > cfg.model.max_position_embeddings)
+    fail_key(origins, "train.seq_len", " (", cfg.seq_len, ") exceeds max_position_embeddings (",
+             cfg.model.max_position_embeddings, ") of model ", cfg.model.source);
+  return cfg;
+}
+
+std::string run_config_toml(const RunConfig& cfg) {
+  std::ostringstream os;
+  os << "# shardtrain run configuration, as resolved (defaults, file, command line).\n"
+     << "# Loading this file gives the same configuration back.\n";
+  if (cfg.model.hidden_size > 0) {
+    const ModelConfig& m = cfg.model;
+    os << "# model: " << m.source << "\n#   " << m.num_params() << " parameters; vocab " << m.vocab_size
+       << ", hidden " << m.hidden_size << ", intermediate " << m.intermediate_size << ", layers "
+       << m.num_layers << ", heads " << m.num_heads << ", kv_heads " << m.num_kv_heads << ", max_pos "
+       << m.max_position_embeddings << ", rope_theta " << format_double(m.rope_theta)
+       << (m.tie_word_embeddings ? ", tied" : ", untied") << " embeddings\n";
+  }
+  std::string section;
+  for (const Key& k : schema()) {
+    if (section_of(k.name) != section) {
+      section = section_of(k.name);
+      os << "\n[" << section << "]\n";
+    }
+    os << "# " << k.help << "\n"
+       << k.name.substr(section.size() + 1) << " = " << value_text(cfg, k, true) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace st

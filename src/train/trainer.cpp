@@ -1,0 +1,152 @@
+#include "train/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace st {
+
+Trainer::Trainer(const RunConfig& cfg, Backend& backend, Comm& comm) : cfg_(cfg), be_(backend), comm_(comm) {
+  layout_ = std::make_unique<ParamLayout>(cfg.model, comm.world());
+  FsdpOptions fo;
+  fo.compute_dtype = backend.device() == Device::CPU ? DType::F32 : DType::BF16;
+  fsdp_ = std::make_unique<Fsdp>(*layout_, be_, comm_, fo);
+  fsdp_->init_weights(cfg.seed);
+  model_ = std::make_unique<Qwen2Model>(*layout_, be_, fo.compute_dtype, cfg.micro_batch, cfg.seq_len);
+  if (cfg.data_source == "random")
+    data_ = make_random_source(cfg.model.vocab_size, cfg.seed);
+  else
+    data_ = make_text_source(cfg.data_paths, cfg.model.vocab_size, cfg.seed, cfg.seq_len);
+  schedule_ = LrSchedule{cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps};
+  batches_.resize(cfg.grad_accum);
+  for (auto& b : batches_) b.B = cfg.micro_batch, b.T = cfg.seq_len;
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::print_header() const {
+  const ModelConfig& m = cfg_.model;
+  const long long global_seqs = 1LL * cfg_.micro_batch * cfg_.grad_accum * comm_.world();
+  char buf[512];
+  log_info(std::string("shardtrain ") + SHARDTRAIN_VERSION + " | backend " + be_.name() + " | world " +
+           std::to_string(comm_.world()));
+  std::snprintf(buf, sizeof buf, "model %s: %d layers, hidden %d, heads %d (kv %d), ffn %d, vocab %d, %s | %s params",
+                m.source.c_str(), m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.intermediate_size,
+                m.vocab_size, m.tie_word_embeddings ? "tied" : "untied",
+                human_count(static_cast<double>(m.num_params())).c_str());
+  log_info(buf);
+  log_info("data: " + data_->describe());
+  std::snprintf(buf, sizeof buf,
+                "batch: micro %d x seq %d x accum %d x data-parallel %d = %lld sequences, %lld tokens per step",
+                cfg_.micro_batch, cfg_.seq_len, cfg_.grad_accum, comm_.world(), global_seqs,
+                global_seqs * cfg_.seq_len);
+  log_info(buf);
+  std::snprintf(buf, sizeof buf,
+                "optim: AdamW lr %.3g (warmup %d, cosine to %.3g at step %d), betas (%.3g, %.3g), wd %.3g, clip %.3g",
+                cfg_.lr, cfg_.warmup_steps, cfg_.lr * cfg_.min_lr_ratio, cfg_.steps, cfg_.beta1, cfg_.beta2,
+                cfg_.weight_decay, cfg_.grad_clip);
+  log_info(buf);
+  const FsdpMemory mem = fsdp_->memory();
+  log_info("memory per rank: weights " + human_bytes(mem.master_bytes) + " | gradients " +
+           human_bytes(mem.grad_bytes) + " | optimizer " + human_bytes(mem.optimizer_bytes) + " | activations " +
+           human_bytes(model_->activation_bytes()));
+  if (!cfg_.out_dir.empty()) log_info("output: " + cfg_.out_dir + "/metrics.jsonl");
+}
+
+StepMetrics Trainer::step(int s) {
+  const double t0 = now_seconds();
+  // The whole step's micro-batches first: the loss is a mean over every valid
+  // target of the global batch, so each micro-batch's gradient is scaled by one
+  // global count and accumulation equals one big batch.
+  int64_t valid = 0;
+  for (int micro = 0; micro < cfg_.grad_accum; ++micro) {
+    data_->fill(batches_[micro], BatchPosition{s, micro, cfg_.grad_accum, comm_.rank(), comm_.world()});
+    for (int32_t t : batches_[micro].targets) valid += t != cfg_.ignore_index;
+  }
+  const double total_valid = comm_.all_reduce_sum(static_cast<double>(valid));
+  ST_CHECK(total_valid > 0, "step ", s + 1, ": every target of the global batch is ignored");
+
+  fsdp_->zero_grads();
+  double loss_sum = 0;
+  const float scale = static_cast<float>(1.0 / total_valid);
+  for (const Batch& b : batches_)
+    loss_sum += model_->forward_backward(*fsdp_, b.inputs.data(), b.targets.data(), scale, cfg_.ignore_index).sum;
+  const double loss = comm_.all_reduce_sum(loss_sum) / total_valid;
+  ST_CHECK(std::isfinite(loss), "step ", s + 1, ": the loss is not finite (", loss,
+           "); lower optim.lr or check the data");
+
+  const double norm = fsdp_->grad_norm();
+  AdamWParams p;
+  p.lr = static_cast<float>(schedule_.at(s));
+  p.beta1 = static_cast<float>(cfg_.beta1);
+  p.beta2 = static_cast<float>(cfg_.beta2);
+  p.eps = static_cast<float>(cfg_.eps);
+  p.weight_decay = static_cast<float>(cfg_.weight_decay);
+  p.step = s + 1;
+  p.grad_scale = cfg_.grad_clip > 0 && norm > cfg_.grad_clip ? static_cast<float>(cfg_.grad_clip / norm) : 1.0f;
+  fsdp_->step(p);
+  be_.synchronize();
+
+  const double t1 = now_seconds();
+  const int64_t step_tokens = static_cast<int64_t>(cfg_.micro_batch) * cfg_.seq_len * cfg_.grad_accum * comm_.world();
+  tokens_seen_ += step_tokens;
+  StepMetrics m;
+  m.step = s + 1;
+  m.total_steps = cfg_.steps;
+  m.loss = loss;
+  m.lr = p.lr;
+  m.grad_norm = norm;
+  m.step_s = t1 - t0;
+  m.tokens_per_s = step_tokens / std::max(m.step_s, 1e-9);
+  m.elapsed_s = t1 - t_start_;
+  m.tokens = tokens_seen_;
+  return m;
+}
+
+TrainResult Trainer::run(bool verbose) {
+  const bool rank0 = comm_.rank() == 0;
+  const bool out = verbose && rank0;
+  std::unique_ptr<MetricsLog> metrics;
+  if (rank0 && !cfg_.out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(cfg_.out_dir, ec);
+    ST_CHECK(!ec, "run.out_dir: cannot create '", cfg_.out_dir, "': ", ec.message());
+    std::ofstream(cfg_.out_dir + "/config.toml") << run_config_toml(cfg_);
+    metrics = std::make_unique<MetricsLog>(cfg_.out_dir + "/metrics.jsonl");
+  }
+  if (out) print_header();
+  ProgressBar bar(out ? cfg_.progress : "off");
+
+  TrainResult r;
+  t_start_ = now_seconds();
+  double timed_tokens = 0, timed_s = 0;
+  for (int s = 0; s < cfg_.steps; ++s) {
+    const StepMetrics m = step(s);
+    r.losses.push_back(m.loss);
+    r.grad_norms.push_back(m.grad_norm);
+    if (s > 0) timed_tokens += m.tokens_per_s * m.step_s, timed_s += m.step_s;  // step 1 warms up
+    if (metrics) metrics->write_step(m);
+    if (!out) continue;
+    if (s == 0 || m.step % cfg_.log_every == 0 || m.step == cfg_.steps) {
+      bar.clear();
+      log_info(format_step_line(m));
+    }
+    bar.update(m);
+  }
+  bar.clear();
+  r.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0;
+  if (out) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "done: %d steps, loss %.4f -> %.4f, %s tok/s (mean after step 1), %.1fs",
+                  cfg_.steps, r.losses.front(), r.losses.back(), human_count(r.tokens_per_s).c_str(),
+                  now_seconds() - t_start_);
+    log_info(buf);
+  }
+  return r;
+}
+
+}  // namespace st

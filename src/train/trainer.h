@@ -1,0 +1,54 @@
+// The training loop: data -> forward/backward per micro-batch -> gradient
+// reduction -> clipping -> AdamW, with the step line, JSONL metrics and progress bar.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "data/source.h"
+#include "dist/comm.h"
+#include "fsdp/fsdp.h"
+#include "model/layout.h"
+#include "model/qwen2.h"
+#include "train/metrics.h"
+#include "train/run_config.h"
+#include "train/schedule.h"
+
+namespace st {
+
+struct TrainResult {
+  std::vector<double> losses;      // per step, mean over the global batch
+  std::vector<double> grad_norms;  // per step, before clipping
+  double tokens_per_s = 0;         // over all steps but the first
+};
+
+class Trainer {
+ public:
+  // out_dir empty: nothing is written to disk (tests).
+  Trainer(const RunConfig& cfg, Backend& backend, Comm& comm);
+  ~Trainer();
+
+  void print_header() const;
+  // One optimizer step (0-based); returns its metrics.
+  StepMetrics step(int s);
+  // All cfg.steps steps with output; `verbose` false prints nothing.
+  TrainResult run(bool verbose = true);
+
+  Fsdp& params() { return *fsdp_; }
+  const ParamLayout& layout() const { return *layout_; }
+
+ private:
+  RunConfig cfg_;
+  Backend& be_;
+  Comm& comm_;
+  std::unique_ptr<ParamLayout> layout_;
+  std::unique_ptr<Fsdp> fsdp_;
+  std::unique_ptr<Qwen2Model> model_;
+  std::unique_ptr<TokenSource> data_;
+  LrSchedule schedule_;
+  std::vector<Batch> batches_;
+  int64_t tokens_seen_ = 0;
+  double t_start_ = 0;
+};
+
+}  // namespace st

@@ -1,0 +1,111 @@
+// The binary as a user runs it: exit codes, messages, files written.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+Result sh(const std::string& args) {
+  const std::string cmd = std::string(SHARDTRAIN_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+fs::path temp(const std::string& name) {
+  fs::path p = fs::path(::testing::TempDir()) / ("st_cli_" + name);
+  fs::remove_all(p);
+  return p;
+}
+
+TEST(Cli, HelpListsCommandsAndConfigKeys) {
+  Result r = sh("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("train"), std::string::npos) << r.out;
+  r = sh("train --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--train.steps"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--optim.lr"), std::string::npos) << r.out;
+}
+
+TEST(Cli, NoCommandIsAnError) { EXPECT_NE(sh("").code, 0); }
+
+TEST(Cli, ShortRunWritesMetricsAndConfig) {
+  const fs::path out = temp("run");
+  Result r = sh("train --train.steps=3 --train.seq_len=32 --train.micro_batch=2 --train.log_every=1 --run.out_dir=" +
+                out.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step 3/3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("memory per rank"), std::string::npos) << r.out;
+  std::ifstream in(out / "metrics.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    EXPECT_NE(line.find("\"loss\""), std::string::npos);
+    EXPECT_NE(line.find("\"tokens_per_s\""), std::string::npos);
+  }
+  EXPECT_EQ(lines, 3);
+  EXPECT_TRUE(fs::exists(out / "config.toml"));
+  // The written config runs again as is.
+  r = sh("train --config " + (out / "config.toml").string() + " --train.steps=1 --run.out_dir=" + out.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+TEST(Cli, BadConfigsExitNonZeroNamingFileAndKey) {
+  const fs::path dir = temp("bad");
+  fs::create_directories(dir);
+  const fs::path unknown = dir / "unknown.toml", wrong = dir / "wrong.toml", heads = dir / "heads.toml";
+  std::ofstream(unknown) << "[train]\nstepz = 10\n";
+  std::ofstream(wrong) << "[train]\nsteps = \"ten\"\n";
+  std::ofstream(heads) << "[model]\npreset = \"tiny\"\nheads = 3\n";
+
+  Result r = sh("train --config " + unknown.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("stepz"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("unknown.toml"), std::string::npos) << r.out;
+
+  r = sh("train --config " + wrong.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("train.steps"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("wrong.toml"), std::string::npos) << r.out;
+
+  r = sh("train --config " + heads.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("divisible"), std::string::npos) << r.out;
+
+  r = sh("train --train.steps=abc");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("train.steps"), std::string::npos) << r.out;
+
+  r = sh("train --model.preset=qwen9");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("qwen2.5-1.5b"), std::string::npos) << r.out;  // lists known presets
+
+  r = sh("train --data.paths=/nonexistent/corpus --train.steps=1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("/nonexistent/corpus"), std::string::npos) << r.out;
+
+  r = sh("train --config " + (dir / "absent.toml").string());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("absent.toml"), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,108 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "core/error.h"
+#include "data/source.h"
+
+namespace st {
+namespace {
+namespace fs = std::filesystem;
+
+Batch make(int B, int T) {
+  Batch b;
+  b.B = B;
+  b.T = T;
+  return b;
+}
+
+TEST(RandomSource, DeterministicInRangeAndShifted) {
+  auto src = make_random_source(1000, 5);
+  Batch a = make(3, 16), b = make(3, 16), c = make(3, 16);
+  src->fill(a, {2, 0, 1, 0, 1});
+  src->fill(b, {2, 0, 1, 0, 1});
+  src->fill(c, {3, 0, 1, 0, 1});
+  EXPECT_EQ(a.inputs, b.inputs);
+  EXPECT_NE(a.inputs, c.inputs);
+  for (int r = 0; r < 3; ++r)
+    for (int t = 0; t + 1 < 16; ++t) EXPECT_EQ(a.targets[r * 16 + t], a.inputs[r * 16 + t + 1]);
+  for (int32_t id : a.inputs) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 1000);
+  }
+  // A different seed gives different data.
+  Batch d = make(3, 16);
+  make_random_source(1000, 6)->fill(d, {2, 0, 1, 0, 1});
+  EXPECT_NE(a.inputs, d.inputs);
+}
+
+TEST(RandomSource, GlobalBatchIsTheSameAtAnyWorldSize) {
+  // One rank with 4 micro-batches of 2 == two ranks with 2 micro-batches of 2 each
+  // == four ranks with one micro-batch each: the same 8 sequences.
+  auto src = make_random_source(97, 1);
+  std::multiset<std::vector<int32_t>> one, two, four;
+  auto rows = [](const Batch& b, std::multiset<std::vector<int32_t>>& out) {
+    for (int r = 0; r < b.B; ++r) out.insert({b.inputs.begin() + r * b.T, b.inputs.begin() + (r + 1) * b.T});
+  };
+  for (int m = 0; m < 4; ++m) {
+    Batch b = make(2, 8);
+    src->fill(b, {5, m, 4, 0, 1});
+    rows(b, one);
+  }
+  for (int rank = 0; rank < 2; ++rank)
+    for (int m = 0; m < 2; ++m) {
+      Batch b = make(2, 8);
+      src->fill(b, {5, m, 2, rank, 2});
+      rows(b, two);
+    }
+  for (int rank = 0; rank < 4; ++rank) {
+    Batch b = make(2, 8);
+    src->fill(b, {5, 0, 1, rank, 4});
+    rows(b, four);
+  }
+  EXPECT_EQ(one, two);
+  EXPECT_EQ(one, four);
+}
+
+class TextSourceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::path(::testing::TempDir()) / "st_text_source";
+    fs::remove_all(dir);
+    fs::create_directories(dir / "sub");
+    std::ofstream(dir / "a.txt") << "abcdefghijklmnopqrstuvwxyz";
+    std::ofstream(dir / "sub" / "b.txt") << "0123456789";
+  }
+  fs::path dir;
+};
+
+TEST_F(TextSourceTest, WindowsComeFromTheCorpus) {
+  auto src = make_text_source({dir.string()}, 256, 3, 8);
+  EXPECT_NE(src->describe().find("2 files"), std::string::npos) << src->describe();
+  const std::string corpus = "abcdefghijklmnopqrstuvwxyz\n0123456789\n";
+  Batch b = make(4, 8);
+  src->fill(b, {0, 0, 1, 0, 1});
+  for (int r = 0; r < 4; ++r) {
+    std::string in, tg;
+    for (int t = 0; t < 8; ++t) in += static_cast<char>(b.inputs[r * 8 + t]), tg += static_cast<char>(b.targets[r * 8 + t]);
+    const size_t at = corpus.find(in);
+    ASSERT_NE(at, std::string::npos) << in;
+    EXPECT_EQ(corpus.substr(at + 1, 8), tg);
+  }
+}
+
+TEST_F(TextSourceTest, ClearErrors) {
+  try {
+    make_text_source({(dir / "missing").string()}, 256, 1, 8);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(make_text_source({dir.string()}, 100, 1, 8), Error);   // vocab too small for bytes
+  EXPECT_THROW(make_text_source({dir.string()}, 256, 1, 100), Error);  // corpus shorter than a sequence
+}
+
+}  // namespace
+}  // namespace st

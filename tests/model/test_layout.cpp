@@ -1,0 +1,74 @@
+#include <gtest/gtest.h>
+
+#include "model/config.h"
+#include "model/layout.h"
+
+namespace st {
+namespace {
+
+ModelConfig small(bool tied) {
+  ModelConfig c;
+  c.source = "test";
+  c.vocab_size = 50;
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_layers = 3;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+TEST(Layout, UnitsTileWithoutGapsAndPadToWorld) {
+  for (bool tied : {true, false})
+    for (int world : {1, 2, 3, 4, 7}) {
+      ParamLayout lay(small(tied), world);
+      ASSERT_EQ(lay.num_units(), 3 + 2);
+      EXPECT_EQ(lay.total_numel(), static_cast<size_t>(small(tied).num_params()));
+      for (const Unit& u : lay.units()) {
+        size_t off = 0;
+        for (const ParamSpec& p : u.params) {
+          EXPECT_EQ(p.offset, off) << p.name;
+          off += p.numel;
+        }
+        EXPECT_EQ(off, u.numel);
+        EXPECT_EQ(u.padded_numel % world, 0u);
+        EXPECT_LT(u.padded_numel - u.numel, static_cast<size_t>(world));
+        EXPECT_EQ(u.shard_numel * world, u.padded_numel);
+      }
+    }
+}
+
+TEST(Layout, FusedWeightsAreContiguous) {
+  ParamLayout lay(small(true), 1);
+  const Unit& b = lay.unit(lay.layer_unit(1));
+  const BlockOffsets& o = lay.block();
+  const int C = 16, hd = 4, QKV = (4 + 2 * 2) * hd;
+  EXPECT_EQ(b.param("model.layers.1.self_attn.q_proj.weight").offset, o.qkv_w);
+  EXPECT_EQ(b.param("model.layers.1.self_attn.v_proj.weight").offset + 2 * hd * C, o.qkv_w + QKV * C);
+  EXPECT_EQ(b.param("model.layers.1.self_attn.q_proj.bias").offset, o.qkv_b);
+  EXPECT_EQ(b.param("model.layers.1.mlp.up_proj.weight").offset, o.gate_up_w + 24 * C);
+  EXPECT_FALSE(b.param("model.layers.1.input_layernorm.weight").decay);
+  EXPECT_FALSE(b.param("model.layers.1.self_attn.k_proj.bias").decay);
+  EXPECT_TRUE(b.param("model.layers.1.mlp.down_proj.weight").decay);
+}
+
+TEST(Layout, FindsTensorsByHuggingFaceName) {
+  ParamLayout untied(small(false), 2);
+  int u = -1;
+  const ParamSpec* p = nullptr;
+  ASSERT_TRUE(untied.find("lm_head.weight", &u, &p));
+  EXPECT_EQ(u, untied.final_unit());
+  EXPECT_EQ(p->offset, untied.lm_head_offset());
+  EXPECT_EQ(untied.lm_head_unit(), untied.final_unit());
+  ParamLayout tied(small(true), 2);
+  EXPECT_FALSE(tied.find("lm_head.weight", &u, &p));
+  EXPECT_EQ(tied.lm_head_unit(), tied.embed_unit());
+  ASSERT_TRUE(tied.find("model.layers.2.mlp.down_proj.weight", &u, &p));
+  EXPECT_EQ(u, tied.layer_unit(2));
+  EXPECT_EQ(p->shape, (std::vector<int64_t>{16, 24}));
+}
+
+}  // namespace
+}  // namespace st

@@ -1,0 +1,352 @@
+// The run configuration: TOML reading, command-line overrides, checks, round trip.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "train/run_config.h"
+
+namespace st {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::path(::testing::TempDir()) / ("st_run_config_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// Writes `text` to <temp>/<name>/run.toml and returns the path.
+std::string write_toml(const std::string& name, const std::string& text) {
+  fs::path p = temp_dir(name) / "run.toml";
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error thrown";
+  return "";
+}
+
+#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "'" << (part) << "' not in: " << (msg)
+
+// The TOML without its comment lines (the header comment says where values came from).
+std::string without_comments(const std::string& text) {
+  std::istringstream in(text);
+  std::string out;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind('#', 0) != 0) out += line + "\n";
+  return out;
+}
+
+std::string repo_config(const char* name) { return std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/" + name; }
+
+TEST(RunConfig, DefaultsAreTheTinyCpuRun) {
+  const RunConfig c = load_run_config("", {});
+  EXPECT_EQ(c.model_preset, "tiny");
+  EXPECT_EQ(c.model.source, "tiny");
+  EXPECT_EQ(c.model.hidden_size, 128);
+  EXPECT_EQ(c.steps, 300);
+  EXPECT_EQ(c.device, "cpu");
+  EXPECT_EQ(c.data_source, "text");
+}
+
+TEST(RunConfig, RepoTinyConfigMatchesTheDefaults) {
+  const RunConfig c = load_run_config(repo_config("tiny.toml"), {});
+  const RunConfig d = load_run_config("", {});
+  EXPECT_EQ(c.model_preset, "tiny");
+  EXPECT_EQ(c.model.num_params(), d.model.num_params());
+  EXPECT_EQ(c.data_source, "text");
+  EXPECT_EQ(c.data_paths, std::vector<std::string>{"/usr/share/common-licenses"});
+  EXPECT_EQ(c.steps, 300);
+  EXPECT_EQ(c.seq_len, 128);
+  EXPECT_EQ(c.micro_batch, 16);
+  EXPECT_DOUBLE_EQ(c.lr, 3e-3);
+  EXPECT_EQ(c.warmup_steps, 20);
+  EXPECT_EQ(c.out_dir, "runs/tiny");
+  // Everything but out_dir is the built-in default.
+  RunConfig same = c;
+  same.out_dir = d.out_dir;
+  EXPECT_EQ(run_config_toml(same), run_config_toml(d));
+}
+
+TEST(RunConfig, RepoQwen15bConfig) {
+  const RunConfig c = load_run_config(repo_config("qwen2.5-1.5b.toml"), {});
+  EXPECT_EQ(c.model_preset, "qwen2.5-1.5b");
+  EXPECT_EQ(c.model.num_params(), 1'543'714'304LL);
+  EXPECT_EQ(c.data_source, "random");
+  EXPECT_TRUE(c.data_paths.empty());
+  EXPECT_EQ(c.seq_len, 2048);
+  EXPECT_EQ(c.micro_batch, 4);
+  EXPECT_EQ(c.device, "cuda");
+  EXPECT_EQ(c.steps, 20);
+  EXPECT_DOUBLE_EQ(c.lr, 3e-4);
+  EXPECT_EQ(c.warmup_steps, 5);
+  EXPECT_EQ(c.out_dir, "runs/qwen2.5-1.5b");
+}
+
+TEST(RunConfig, TomlValuesAndIntegerForFloat) {
+  const std::string path = write_toml("values", R"(
+[train]
+steps = 7
+seed = 42
+[optim]
+lr = 1e-4
+weight_decay = 0     # an integer where a float is expected is fine
+[data]
+source = "random"
+paths = []
+)");
+  const RunConfig c = load_run_config(path, {});
+  EXPECT_EQ(c.steps, 7);
+  EXPECT_EQ(c.seed, 42u);
+  EXPECT_DOUBLE_EQ(c.lr, 1e-4);
+  EXPECT_DOUBLE_EQ(c.weight_decay, 0.0);
+  EXPECT_TRUE(c.data_paths.empty());
+}
+
+TEST(RunConfig, UnknownKeyListsTheSectionsKeys) {
+  const std::string path = write_toml("unknown", "[train]\nsteps = 3\nstepz = 4\n");
+  const std::string msg = error_of([&] { load_run_config(path, {}); });
+  EXPECT_HAS(msg, path + ": unknown key 'train.stepz'");
+  EXPECT_HAS(msg, "line 3");
+  EXPECT_HAS(msg, "known keys in [train]: steps, seq_len, micro_batch");
+}
+
+TEST(RunConfig, UnknownSectionAndTopLevelKey) {
+  std::string msg = error_of([&] { load_run_config(write_toml("sec", "[trian]\nsteps = 3\n"), {}); });
+  EXPECT_HAS(msg, "unknown section [trian]");
+  EXPECT_HAS(msg, "[model], [train], [optim], [data], [run]");
+  msg = error_of([&] { load_run_config(write_toml("top", "steps = 3\n"), {}); });
+  EXPECT_HAS(msg, "unknown key 'steps'");
+  EXPECT_HAS(msg, "keys belong in a section");
+  msg = error_of([&] { load_run_config(write_toml("not_table", "train = 3\n"), {}); });
+  EXPECT_HAS(msg, "'train' must be the section [train], got an integer (line 1)");
+  msg = error_of([&] { load_run_config(write_toml("nested", "[train.extra]\nx = 1\n"), {}); });
+  EXPECT_HAS(msg, "unknown key 'train.extra'");
+}
+
+TEST(RunConfig, WrongTomlTypes) {
+  struct Case {
+    const char* toml;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"[train]\nsteps = \"300\"\n", "key 'train.steps' must be an integer, got a string"},
+      {"[train]\nsteps = 3.5\n", "key 'train.steps' must be an integer, got a floating-point number"},
+      {"[train]\nsteps = 5000000000\n", "train.steps"},
+      {"[train]\nseed = -1\n", "key 'train.seed' must be a non-negative integer"},
+      {"[optim]\nlr = \"fast\"\n", "key 'optim.lr' must be a number, got a string"},
+      {"[train]\ndevice = 1\n", "key 'train.device' must be one of cpu, cuda, got an integer"},
+      {"[data]\npaths = \"a.txt\"\n", "key 'data.paths' must be an array of strings, got a string"},
+      {"[data]\npaths = [\"a\", 2]\n", "key 'data.paths' must be an array of strings, got an array holding an integer"},
+      {"[model]\npreset = true\n", "key 'model.preset' must be a string, got a boolean"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = write_toml("types", c.toml);
+    const std::string msg = error_of([&] { load_run_config(path, {}); });
+    EXPECT_HAS(msg, path + ": ");
+    EXPECT_HAS(msg, c.expect);
+    EXPECT_HAS(msg, "(line 2)");
+  }
+}
+
+TEST(RunConfig, TomlSyntaxErrorGivesFileLineAndColumn) {
+  const std::string path = write_toml("syntax", "[train]\nsteps = 3\nlr = = 4\n");
+  const std::string msg = error_of([&] { load_run_config(path, {}); });
+  EXPECT_HAS(msg, path + ":3:");
+  EXPECT_HAS(msg, "TOML syntax error");
+}
+
+TEST(RunConfig, MissingFile) {
+  const std::string msg = error_of([] { load_run_config("/nonexistent/run.toml", {}); });
+  EXPECT_HAS(msg, "/nonexistent/run.toml: cannot open");
+}
+
+TEST(RunConfig, CommandLineWinsOverFileInOrder) {
+  const std::string path = write_toml("precedence", "[train]\nsteps = 50\nseq_len = 64\n[optim]\nlr = 1e-3\n");
+  const RunConfig c = load_run_config(
+      path, {{"train.steps", "9"}, {"optim.lr", "2e-4"}, {"train.steps", "11"}, {"data.paths", "a.txt,b"}});
+  EXPECT_EQ(c.steps, 11);  // the last of two wins
+  EXPECT_EQ(c.seq_len, 64);
+  EXPECT_DOUBLE_EQ(c.lr, 2e-4);
+  EXPECT_EQ(c.data_paths, (std::vector<std::string>{"a.txt", "b"}));
+}
+
+TEST(RunConfig, BadCommandLineValues) {
+  struct Case {
+    const char* key;
+    const char* value;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"train.steps", "abc", "command line: --train.steps expects an integer, got 'abc'"},
+      {"train.steps", "12x", "--train.steps expects an integer, got '12x'"},
+      {"train.steps", "", "--train.steps expects an integer, got ''"},
+      {"train.micro_batch", "99999999999", "--train.micro_batch expects an integer"},
+      {"train.seed", "-3", "--train.seed expects a non-negative integer, got '-3'"},
+      {"optim.lr", "fast", "--optim.lr expects a number, got 'fast'"},
+      {"train.device", "gpu", "command line: --train.device must be one of cpu, cuda, got 'gpu'"},
+      {"train.stepz", "3", "command line: unknown key 'train.stepz' (known keys in [train]: steps"},
+      {"trian.steps", "3", "command line: unknown key 'trian.steps' (known sections: [model]"},
+  };
+  for (const Case& c : cases) EXPECT_HAS(error_of([&] { load_run_config("", {{c.key, c.value}}); }), c.expect);
+}
+
+TEST(RunConfig, RangeChecksNameKeyAndSource) {
+  struct Case {
+    const char* key;
+    const char* value;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"train.steps", "0", "--train.steps must be >= 1, got 0"},
+      {"train.seq_len", "0", "--train.seq_len must be >= 1"},
+      {"train.seq_len", "2048", "--train.seq_len (2048) exceeds max_position_embeddings (1024) of model tiny"},
+      {"train.micro_batch", "0", "--train.micro_batch must be >= 1"},
+      {"train.grad_accum", "-1", "--train.grad_accum must be >= 1"},
+      {"train.log_every", "0", "--train.log_every must be >= 1"},
+      {"optim.lr", "0", "--optim.lr must be > 0, got 0"},
+      {"optim.lr", "nan", "--optim.lr must be > 0, got nan"},
+      {"optim.min_lr_ratio", "1.5", "--optim.min_lr_ratio must be in [0, 1], got 1.5"},
+      {"optim.warmup_steps", "-1", "--optim.warmup_steps must be >= 0"},
+      {"optim.beta1", "1", "--optim.beta1 must be in [0, 1), got 1"},
+      {"optim.beta2", "-0.1", "--optim.beta2 must be in [0, 1)"},
+      {"optim.eps", "0", "--optim.eps must be > 0"},
+      {"optim.weight_decay", "-0.1", "--optim.weight_decay must be >= 0"},
+      {"optim.grad_clip", "-1", "--optim.grad_clip must be >= 0"},
+      {"data.source", "files", "--data.source must be one of random, text, got 'files'"},
+      {"data.paths", "", "--data.paths must list at least one"},
+      {"run.progress", "maybe", "--run.progress must be one of auto, on, off"},
+      {"run.out_dir", "", "--run.out_dir must not be empty"},
+      {"model.layers", "-2", "--model.layers must be >= 0"},
+      {"model.preset", "qwen9", "--model.preset: unknown model preset 'qwen9' (known presets: tiny"},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = error_of([&] { load_run_config("", {{c.key, c.value}}); });
+    EXPECT_HAS(msg, "command line: ");
+    EXPECT_HAS(msg, c.expect);
+  }
+  // From a file, the message names the file and the line.
+  const std::string path = write_toml("range", "[train]\nsteps = 1\n\n[optim]\nbeta2 = 1.0\n");
+  const std::string msg = error_of([&] { load_run_config(path, {}); });
+  EXPECT_HAS(msg, path + ": optim.beta2 must be in [0, 1), got 1 (line 5)");
+}
+
+TEST(RunConfig, PathsNeedNotExistButMustBeGivenForText) {
+  EXPECT_NO_THROW(load_run_config("", {{"data.paths", "/no/such/file"}}));
+  EXPECT_NO_THROW(load_run_config("", {{"data.source", "random"}, {"data.paths", ""}}));
+}
+
+TEST(RunConfig, ModelOverridesApplyAfterThePreset) {
+  const RunConfig c = load_run_config("", {{"model.preset", "qwen2.5-0.5b"}, {"model.layers", "2"},
+                                           {"model.vocab_size", "1000"}, {"train.seq_len", "64"}});
+  EXPECT_EQ(c.model.num_layers, 2);
+  EXPECT_EQ(c.model.vocab_size, 1000);
+  EXPECT_EQ(c.model.hidden_size, 896);  // kept from the preset
+  EXPECT_HAS(c.model.source, "qwen2.5-0.5b with model.layers=2 (command line), model.vocab_size=1000");
+}
+
+TEST(RunConfig, BadModelOverrideNamesWhereTheValuesCameFrom) {
+  const std::string path = write_toml("model_override", "[model]\nheads = 3\n");
+  const std::string msg = error_of([&] { load_run_config(path, {{"model.hidden_size", "100"}}); });
+  EXPECT_HAS(msg, "model.heads=3 (" + path + ")");
+  EXPECT_HAS(msg, "model.hidden_size=100 (command line)");
+  EXPECT_HAS(msg, "hidden_size (100) is not divisible by num_attention_heads (3)");
+}
+
+TEST(RunConfig, ModelConfigJsonWinsOverPreset) {
+  const fs::path dir = temp_dir("hf");
+  ModelConfig m = model_preset("tiny");
+  m.num_layers = 2;
+  m.max_position_embeddings = 256;
+  std::ofstream(dir / "config.json") << hf_config_json(m).dump(2);
+  const std::string path = write_toml("hf_toml", "[model]\npreset = \"qwen2.5-7b\"\nconfig = \"" + dir.string() + "\"\n");
+  const RunConfig c = load_run_config(path, {});
+  EXPECT_EQ(c.model.num_layers, 2);
+  EXPECT_EQ(c.model.hidden_size, 128);
+  EXPECT_EQ(c.model.source, (dir / "config.json").string());
+  // seq_len is checked against the config.json's max_position_embeddings.
+  const std::string msg = error_of([&] { load_run_config(path, {{"train.seq_len", "512"}}); });
+  EXPECT_HAS(msg, "exceeds max_position_embeddings (256)");
+  // A config.json error says which key named the file.
+  const std::string bad = error_of([&] { load_run_config("", {{"model.config", "/no/such/dir"}}); });
+  EXPECT_HAS(bad, "command line: --model.config = '/no/such/dir'");
+  EXPECT_HAS(bad, "/no/such/dir: cannot open");
+}
+
+TEST(RunConfig, TomlRoundTrip) {
+  const fs::path dir = temp_dir("rt_hf");
+  std::ofstream(dir / "config.json") << hf_config_json(model_preset("tiny")).dump();
+  const RunConfig a = load_run_config(
+      repo_config("qwen2.5-1.5b.toml"),
+      {{"model.config", dir.string()}, {"model.layers", "3"}, {"train.seed", "9223372036854775807"},
+       {"optim.lr", "0.000123456789"}, {"optim.grad_clip", "0"}, {"data.source", "text"},
+       {"data.paths", "a \"quoted\" path,b\\c"}, {"run.out_dir", "runs/x y"}, {"train.seq_len", "1024"}});
+  const std::string text = run_config_toml(a);
+  const std::string path = write_toml("rt", text);
+  const RunConfig b = load_run_config(path, {});
+  EXPECT_EQ(without_comments(run_config_toml(b)), without_comments(text));
+  EXPECT_EQ(b.model_config, dir.string());
+  EXPECT_EQ(b.model.num_layers, 3);
+  EXPECT_EQ(b.seed, 9223372036854775807ull);
+  EXPECT_EQ(b.lr, 0.000123456789);  // exact: shortest round-trip formatting
+  EXPECT_EQ(b.grad_clip, 0.0);
+  EXPECT_EQ(b.data_paths, (std::vector<std::string>{"a \"quoted\" path", "b\\c"}));
+  EXPECT_EQ(b.out_dir, "runs/x y");
+  EXPECT_EQ(b.model.num_params(), a.model.num_params());
+  // The defaults round-trip too.
+  const RunConfig d = load_run_config("", {});
+  EXPECT_EQ(run_config_toml(load_run_config(write_toml("rt_default", run_config_toml(d)), {})), run_config_toml(d));
+}
+
+TEST(ConfigOptions, CliRegistersDottedOptionsAndKeepsOrder) {
+  CLI::App app("test");
+  ConfigOverrides out;
+  add_config_options(app, out);
+  const char* argv[] = {"prog", "--train.steps=5", "--optim.lr", "1e-4", "--train.steps", "7", "--data.paths=a,b"};
+  app.parse(static_cast<int>(std::size(argv)), argv);
+  const ConfigOverrides want = {{"train.steps", "5"}, {"optim.lr", "1e-4"}, {"train.steps", "7"}, {"data.paths", "a,b"}};
+  EXPECT_EQ(out, want);
+  const RunConfig c = load_run_config("", out);
+  EXPECT_EQ(c.steps, 7);
+  EXPECT_DOUBLE_EQ(c.lr, 1e-4);
+}
+
+TEST(ConfigOptions, HelpShowsEveryKeyWithHelpAndDefault) {
+  CLI::App app("test");
+  ConfigOverrides out;
+  add_config_options(app, out);
+  const std::string help = app.help();
+  EXPECT_HAS(help, "--train.steps INT=300");
+  EXPECT_HAS(help, "optimizer steps");
+  EXPECT_HAS(help, "--train.device cpu|cuda=cpu");
+  EXPECT_HAS(help, "--data.paths LIST=/usr/share/common-licenses");
+  EXPECT_HAS(help, "--optim.lr FLOAT=0.003");
+  EXPECT_HAS(help, "--model.kv_heads");
+  EXPECT_HAS(help, "Run configuration [optim]");
+}
+
+TEST(ConfigOptions, CliValuesAreCheckedWhenLoaded) {
+  CLI::App app("test");
+  ConfigOverrides out;
+  add_config_options(app, out);
+  const char* argv[] = {"prog", "--train.steps", "abc"};
+  app.parse(static_cast<int>(std::size(argv)), argv);
+  EXPECT_HAS(error_of([&] { load_run_config("", out); }), "command line: --train.steps expects an integer, got 'abc'");
+}
+
+}  // namespace
+}  // namespace st
