@@ -12,8 +12,11 @@
 // - q, k, v live in one fused buffer per row: [q (H*hd) | k (KV*hd) | v (KV*hd)];
 //   gate and up likewise: [gate (F) | up (F)]. The layout stores the weights in
 //   that order so one GEMM computes each.
-// - Unless stated, all tensors of one call share one dtype; tokens/targets are I32.
-//   Statistics (rstd, lse, losses) are F64 on the F64 path and F32 otherwise.
+// - Dtypes. CPU: everything F32 (or everything F64 for gradient checks).
+//   CUDA: activations and weights BF16, parameter gradients (dweight, dbias, dwte,
+//   rmsnorm dweight) F32 so that accumulation over micro-batches stays exact;
+//   tokens/targets I32. Statistics (rstd, lse, losses) are F64 on the F64 path and
+//   F32 otherwise.
 #pragma once
 #include <cstdint>
 #include <memory>

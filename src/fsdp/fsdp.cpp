@@ -33,10 +33,7 @@ Fsdp::Fsdp(const ParamLayout& layout, Backend& backend, Comm& comm, FsdpOptions 
     max_shard = std::max(max_shard, n);
     units_.push_back(s);
   }
-  if (opt_.compute_dtype != DType::F32) {
-    send_ = be_.alloc(opt_.compute_dtype, max_shard);
-    recv_ = be_.alloc(opt_.compute_dtype, max_shard);
-  }
+  if (opt_.compute_dtype != DType::F32) send_ = be_.alloc(opt_.compute_dtype, max_shard);
 }
 
 Fsdp::~Fsdp() {
@@ -44,7 +41,6 @@ Fsdp::~Fsdp() {
     for (Tensor* t : {&s.master, &s.grad, &s.m, &s.v, &s.full, &s.full_grad})
       if (!t->empty()) be_.free(*t);
   if (!send_.empty()) be_.free(send_);
-  if (!recv_.empty()) be_.free(recv_);
 }
 
 void Fsdp::init_weights(uint64_t seed, double std) {
@@ -117,7 +113,7 @@ void Fsdp::release(int u, Pass pass) {
 Tensor Fsdp::grad(int u) {
   UnitState& s = units_.at(u);
   if (s.full_grad.empty()) {
-    s.full_grad = be_.alloc(opt_.compute_dtype, layout_.unit(u).padded_numel);
+    s.full_grad = be_.alloc(DType::F32, layout_.unit(u).padded_numel);
     track_gathered();
   }
   return s.full_grad;
@@ -127,18 +123,11 @@ void Fsdp::grad_ready(int u) {
   UnitState& s = units_.at(u);
   ST_CHECK(!s.full_grad.empty(), "unit '", layout_.unit(u).name, "' has no gradient to reduce");
   const size_t n = layout_.unit(u).shard_numel;
-  // Reduce-scatter this micro-batch's gradient, then add it to the fp32 shard.
-  Tensor part = opt_.compute_dtype == DType::F32 ? be_.alloc(DType::F32, n) : recv_.slice(0, n);
+  // Reduce-scatter this micro-batch's fp32 gradient, then add it to the shard.
+  Tensor part = be_.alloc(DType::F32, n);
   comm_.reduce_scatter(part, s.full_grad, n);
-  if (part.dtype == DType::F32) {
-    be_.accumulate(s.grad, part, n);
-    be_.free(part);
-  } else {
-    Tensor f = be_.alloc(DType::F32, n);
-    be_.copy(f, part);
-    be_.accumulate(s.grad, f, n);
-    be_.free(f);
-  }
+  be_.accumulate(s.grad, part, n);
+  be_.free(part);
   be_.free(s.full_grad);
 }
 

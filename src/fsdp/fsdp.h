@@ -1,7 +1,7 @@
 // Fully sharded data parallel state (ZeRO-3): per unit, this rank's slice of the
 // fp32 master weights, fp32 gradient, and AdamW moments. The model sees whole
 // units through ParamProvider: acquire all-gathers the unit (in the compute
-// dtype), grad_ready reduce-scatters its gradient into this rank's fp32 shard.
+// dtype), grad_ready reduce-scatters its fp32 gradient into this rank's shard.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -60,7 +60,8 @@ class Fsdp final : public ParamProvider {
   };
   struct UnitState {
     Tensor master, grad, m, v;      // (shard) f32
-    Tensor full, full_grad;         // (padded) compute dtype, while gathered / accumulating
+    Tensor full;                    // (padded) compute dtype, while gathered
+    Tensor full_grad;               // (padded) f32, while this micro-batch accumulates
     int refs = 0;
     std::vector<Span> spans;        // this rank's shard split by decay
   };
@@ -71,7 +72,7 @@ class Fsdp final : public ParamProvider {
   Comm& comm_;
   FsdpOptions opt_;
   std::vector<UnitState> units_;
-  Tensor send_, recv_;              // compute-dtype shard staging (largest shard)
+  Tensor send_;                     // compute-dtype shard staging (largest shard)
   size_t gathered_now_ = 0, gathered_peak_ = 0;
 };
 
