@@ -23,6 +23,10 @@ Command add_train_command(CLI::App& root) {
       "/usr/share/common-licenses (byte-level tokens), 300 steps, a few minutes on 2 cores.\n"
       "Settings come from the defaults, then --config FILE, then --section.key=value options.");
   app->add_option("-c,--config", state->config, "TOML run config, e.g. configs/tiny.toml")->check(CLI::ExistingFile);
+  app->add_option_function<std::string>(
+         "--init-from", [state](const std::string& dir) { state->overrides.emplace_back("model.init_from", dir); },
+         "Hugging Face model directory to start from (same as --model.init_from)")
+      ->trigger_on_parse();
   add_config_options(*app, state->overrides);
   return {app, [state] {
             RunConfig cfg = load_run_config(state->config, state->overrides);

@@ -14,5 +14,7 @@ struct Command {
 
 Command add_train_command(CLI::App& root);
 Command add_presets_command(CLI::App& root);
+Command add_score_command(CLI::App& root);
+Command add_export_command(CLI::App& root);
 
 }  // namespace st

@@ -155,8 +155,34 @@ ModelConfig load_hf_config(const std::string& path) {
   r.expect_string("hidden_act", "silu", "the Qwen2 MLP is implemented with SiLU only");
   if (r.get_bool("use_sliding_window", false))
     fail(file, ": use_sliding_window is true; sliding-window attention is not supported");
-  if (const nlohmann::json* rs = r.find("rope_scaling"); rs && !rs->is_null())
-    fail(file, ": rope_scaling is set (", rs->dump(), "); RoPE scaling is not supported");
+  // transformers 5 lists each layer's attention kind; only full attention is implemented.
+  if (const nlohmann::json* lt = r.find("layer_types"); lt && !lt->is_null()) {
+    if (!lt->is_array()) fail(file, ": layer_types must be a list, got ", json_type_name(*lt));
+    for (size_t i = 0; i < lt->size(); ++i)
+      if ((*lt)[i] != "full_attention")
+        fail(file, ": layer_types[", i, "] is ", (*lt)[i].dump(), "; only full_attention layers are supported");
+  }
+  // transformers 5 writes RoPE settings as rope_parameters {"rope_type": "default",
+  // "rope_theta": ...}; older versions a top-level rope_theta and rope_scaling null.
+  // Only plain (default) RoPE is implemented: any scaling type is an error.
+  double rope_theta = r.get_double("rope_theta", 10000.0);
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    const nlohmann::json* rp = r.find(key);
+    if (!rp || rp->is_null()) continue;
+    if (!rp->is_object()) fail(file, ": ", key, " must be an object or null, got ", json_type_name(*rp));
+    std::string type = "default";
+    for (const char* tkey : {"rope_type", "type"})
+      if (auto it = rp->find(tkey); it != rp->end()) {
+        if (!it->is_string()) fail(file, ": ", key, ".", tkey, " must be a string");
+        type = it->get<std::string>();
+      }
+    if (type != "default")
+      fail(file, ": ", key, " asks for RoPE type '", type, "' (", rp->dump(), "); only default RoPE is supported");
+    if (auto it = rp->find("rope_theta"); it != rp->end()) {
+      if (!it->is_number()) fail(file, ": ", key, ".rope_theta must be a number");
+      rope_theta = it->get<double>();
+    }
+  }
 
   ModelConfig c;
   c.source = file;
@@ -171,7 +197,7 @@ ModelConfig load_hf_config(const std::string& path) {
   // Defaults are transformers' Qwen2Config defaults, so that a sparse config.json means
   // here what it means there (note rope_theta 10000 and untied embeddings).
   c.rms_norm_eps = r.get_double("rms_norm_eps", 1e-6);
-  c.rope_theta = r.get_double("rope_theta", 10000.0);
+  c.rope_theta = rope_theta;
   c.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
   validate_model_config(c);
 

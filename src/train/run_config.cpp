@@ -68,6 +68,9 @@ const std::vector<Key>& schema() {
         {"model.preset", &RunConfig::model_preset, "built-in model: " + presets},
         {"model.config", &RunConfig::model_config,
          "Hugging Face config.json (file or directory); when set it wins over model.preset"},
+        {"model.init_from", &RunConfig::init_from,
+         "Hugging Face model directory (config.json + safetensors) whose weights start the run; its "
+         "config.json gives the model unless model.config is set"},
         {"model.layers", &RunConfig::model_layers, std::string("number of layers") + keep, at_least(0)},
         {"model.hidden_size", &RunConfig::model_hidden_size, std::string("hidden size") + keep, at_least(0)},
         {"model.intermediate_size", &RunConfig::model_intermediate_size,
@@ -105,6 +108,9 @@ const std::vector<Key>& schema() {
         {"run.out_dir", &RunConfig::out_dir, "directory for logs, config and checkpoints"},
         {"run.progress", &RunConfig::progress, "progress bar (auto: only on a terminal)", {},
          {"auto", "on", "off"}},
+        {"run.export_dir", &RunConfig::export_dir,
+         "after training, write the model here in Hugging Face format (config.json + model.safetensors)"},
+        {"run.export_dtype", &RunConfig::export_dtype, "dtype of exported weights", {}, {"bf16", "f32"}},
     };
   }();
   return keys;
@@ -423,11 +429,13 @@ std::string origin_text(const Origins& origins, const std::string& name) {
 // each override and where it came from, so validate_model_config's errors say both.
 ModelConfig resolve_model(const RunConfig& cfg, const Origins& origins) {
   ModelConfig m;
-  if (!cfg.model_config.empty()) {
+  if (!cfg.model_config.empty() || !cfg.init_from.empty()) {
+    const char* key = cfg.model_config.empty() ? "model.init_from" : "model.config";
+    const std::string& path = cfg.model_config.empty() ? cfg.init_from : cfg.model_config;
     try {
-      m = load_hf_config(cfg.model_config);
+      m = load_hf_config(path);
     } catch (const Error& e) {
-      fail_key(origins, "model.config", " = '", cfg.model_config, "': ", e.what());
+      fail_key(origins, key, " = '", path, "': ", e.what());
     }
   } else {
     try {

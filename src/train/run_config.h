@@ -17,6 +17,7 @@ struct RunConfig {
   // [model]
   std::string model_preset = "tiny";   // model.preset
   std::string model_config;            // model.config: HF config.json (file or dir); wins over preset
+  std::string init_from;               // model.init_from: HF model dir whose weights start the run
   // Experiment overrides applied on top of the preset / config.json; 0 keeps its value.
   int model_layers = 0;                // model.layers
   int model_hidden_size = 0;           // model.hidden_size
@@ -48,6 +49,8 @@ struct RunConfig {
   // [run]
   std::string out_dir = "runs/default";  // run.out_dir
   std::string progress = "auto";         // run.progress: auto | on | off
+  std::string export_dir;                // run.export_dir: write the trained model here (HF format)
+  std::string export_dtype = "bf16";     // run.export_dtype: bf16 | f32
 
   ModelConfig model;                   // resolved from model.preset / model.config
 };

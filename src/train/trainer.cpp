@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/hf_checkpoint.h"
 
 namespace st {
 
@@ -16,6 +17,10 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, Comm& comm) : cfg_(cfg)
   fo.compute_dtype = backend.device() == Device::CPU ? DType::F32 : DType::BF16;
   fsdp_ = std::make_unique<Fsdp>(*layout_, be_, comm_, fo);
   fsdp_->init_weights(cfg.seed);
+  if (!cfg.init_from.empty()) {
+    const auto units = load_hf_weights(cfg.init_from, *layout_);
+    for (int u = 0; u < layout_->num_units(); ++u) fsdp_->load_unit(u, units[u]);
+  }
   model_ = std::make_unique<Qwen2Model>(*layout_, be_, fo.compute_dtype, cfg.micro_batch, cfg.seq_len);
   if (cfg.data_source == "random")
     data_ = make_random_source(cfg.model.vocab_size, cfg.seed);
@@ -118,6 +123,8 @@ TrainResult Trainer::run(bool verbose) {
     std::ofstream(cfg_.out_dir + "/config.toml") << run_config_toml(cfg_);
     metrics = std::make_unique<MetricsLog>(cfg_.out_dir + "/metrics.jsonl");
   }
+  // Refuse an export target that would fail only after the whole run.
+  if (rank0 && !cfg_.export_dir.empty()) check_export_dir(cfg_.export_dir, false);
   if (out) print_header();
   ProgressBar bar(out ? cfg_.progress : "off");
 
@@ -146,7 +153,20 @@ TrainResult Trainer::run(bool verbose) {
                   now_seconds() - t_start_);
     log_info(buf);
   }
+  if (!cfg_.export_dir.empty()) {
+    export_model(cfg_.export_dir, cfg_.export_dtype == "f32" ? DType::F32 : DType::BF16);
+    if (out) log_info("exported: " + cfg_.export_dir + " (config.json + safetensors, " + cfg_.export_dtype + ")");
+  }
   return r;
+}
+
+void Trainer::export_model(const std::string& dir, DType dtype) {
+  std::vector<std::vector<float>> units;
+  for (int u = 0; u < layout_->num_units(); ++u) units.push_back(fsdp_->gather_unit(u));  // collective
+  if (comm_.rank() != 0) return;
+  ExportOptions o;
+  o.dtype = dtype;
+  export_hf_model(dir, *layout_, units, o);
 }
 
 }  // namespace st

@@ -2,6 +2,7 @@
 // reduction -> clipping -> AdamW, with the step line, JSONL metrics and progress bar.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -33,6 +34,9 @@ class Trainer {
   StepMetrics step(int s);
   // All cfg.steps steps with output; `verbose` false prints nothing.
   TrainResult run(bool verbose = true);
+
+  // Writes the current weights in Hugging Face format (collective; rank 0 writes).
+  void export_model(const std::string& dir, DType dtype);
 
   Fsdp& params() { return *fsdp_; }
   const ParamLayout& layout() const { return *layout_; }

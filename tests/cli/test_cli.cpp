@@ -108,4 +108,53 @@ TEST(Cli, BadConfigsExitNonZeroNamingFileAndKey) {
   EXPECT_NE(r.out.find("absent.toml"), std::string::npos) << r.out;
 }
 
+TEST(Cli, ScoreMatchesTransformersLossAndExportReloads) {
+  const fs::path fx = fs::path(SHARDTRAIN_TEST_DATA) / "hf" / "untied_kv2_sharded";
+  const fs::path logits = temp("logits.npy");
+  Result r = sh("score --init-from " + fx.string() + " --tokens " + (fx / "tokens.npy").string() + " --logits-out " +
+                logits.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream jf(fx / "expected.json");
+  std::stringstream js;
+  js << jf.rdbuf();
+  const std::string j = js.str();
+  const double want = std::stod(j.substr(j.find("\"loss\"") + 7));
+  const double got = std::stod(r.out.substr(r.out.find("loss ") + 5));
+  EXPECT_NEAR(got, want, 1e-5 * want) << r.out;
+  EXPECT_TRUE(fs::exists(logits));
+
+  // Export to bf16, score again: close to the f32 loss; a second export is refused.
+  const fs::path out = temp("export_bf16");
+  r = sh("export --init-from " + fx.string() + " --out " + out.string() + " --dtype bf16");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = sh("score --init-from " + out.string() + " --tokens " + (fx / "tokens.npy").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NEAR(std::stod(r.out.substr(r.out.find("loss ") + 5)), want, 0.02 * want) << r.out;
+  r = sh("export --init-from " + fx.string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--force"), std::string::npos) << r.out;
+}
+
+TEST(Cli, TrainFromAHuggingFaceModelAndExport) {
+  const fs::path fx = fs::path(SHARDTRAIN_TEST_DATA) / "hf" / "tied_kv2_f32";
+  const fs::path run = temp("init_from_run"), out = temp("init_from_export");
+  Result r = sh("train --init-from " + fx.string() + " --data.source=random --train.steps=2 --train.seq_len=16 " +
+                "--train.micro_batch=2 --run.out_dir=" + run.string() + " --run.export_dir=" + out.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("vocab 96"), std::string::npos) << r.out;  // the model came from config.json
+  EXPECT_TRUE(fs::exists(out / "model.safetensors"));
+  // Exporting into a directory that holds a model fails before training starts.
+  r = sh("train --init-from " + fx.string() + " --data.source=random --train.steps=2 --train.seq_len=16 " +
+         "--run.out_dir=" + run.string() + " --run.export_dir=" + out.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out.find("step 1/2"), std::string::npos) << r.out;
+  // A checkpoint that does not match the model is one error listing the problems.
+  r = sh("train --init-from " + fx.string() + " --model.config=" +
+         (fs::path(SHARDTRAIN_TEST_DATA) / "hf" / "untied_kv1_f32").string() + " --train.steps=1 --train.seq_len=16 --run.out_dir=" +
+         run.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("missing tensors"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lm_head.weight"), std::string::npos) << r.out;
+}
+
 }  // namespace

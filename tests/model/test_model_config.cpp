@@ -195,7 +195,9 @@ TEST(HfConfig, ErrorsNameTheFileAndTheKey) {
       {"head_dim", [](auto& j) { j["head_dim"] = 64; }, {"head_dim", "64", "128", "supported"}},
       {"sliding", [](auto& j) { j["use_sliding_window"] = true; }, {"use_sliding_window", "not supported"}},
       {"rope_scaling", [](auto& j) { j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}}; },
-       {"rope_scaling", "not supported"}},
+       {"rope_scaling", "yarn", "supported"}},
+      {"rope_parameters", [](auto& j) { j["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}}; },
+       {"rope_parameters", "linear", "supported"}},
       {"divisible", [](auto& j) { j["num_attention_heads"] = 7; }, {"hidden_size (1536)", "num_attention_heads (7)"}},
   };
   for (const Case& c : cases) {
@@ -214,6 +216,13 @@ TEST(HfConfig, MatchingHeadDimAndNullRopeScalingAreAccepted) {
   j["head_dim"] = 128;
   j["rope_scaling"] = nullptr;
   EXPECT_EQ(load_hf_config(write_json(temp_dir("ok_head_dim"), j).string()).head_dim(), 128);
+}
+
+TEST(HfConfig, Transformers5RopeParametersGiveTheta) {
+  nlohmann::json j = qwen25_1p5b_json();
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+  EXPECT_DOUBLE_EQ(load_hf_config(write_json(temp_dir("rope_parameters"), j).string()).rope_theta, 500000.0);
 }
 
 TEST(HfConfig, MissingFileAndBadJsonNameTheFile) {

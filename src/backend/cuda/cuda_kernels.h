@@ -1,0 +1,84 @@
+// Kernel launchers of the CUDA backend, one group per .cu file. Templated on the
+// activation type T: float (the all-F32 test path) or __nv_bfloat16 (training);
+// explicit instantiations live next to each definition. Parameter gradients and
+// statistics are always float. Launchers trust their arguments (cuda_backend.cpp
+// checks dtypes and sizes) and enqueue on `stream` without synchronising.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+
+namespace st::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- elementwise.cu -------------------------------------------------------------
+// p (n) = value, converted to dt (F32, F64, BF16, I32, I64).
+void fill(void* p, DType dt, size_t n, double value, cudaStream_t stream);
+// dst (n) = src (n) converted element-wise; float -> int truncates toward zero.
+void convert(void* dst, DType dst_dt, const void* src, DType src_dt, size_t n, cudaStream_t stream);
+template <class T>
+void add(T* out, const T* a, const T* b, size_t n, cudaStream_t stream);
+template <class T>
+void accumulate(T* acc, const T* x, size_t n, cudaStream_t stream);
+// *first_bad (device int) = lowest row r with ids[r] outside [0, V) (skipping `ignore`
+// when has_ignore); left untouched when every id is fine. The caller presets it.
+void find_bad_id(int* first_bad, const int32_t* ids, int N, int V, bool has_ignore, int ignore,
+                 cudaStream_t stream);
+template <class T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C, cudaStream_t stream);
+template <class T>
+void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int N, int C, cudaStream_t stream);
+template <class T>
+void swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream);
+template <class T>
+void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStream_t stream);
+
+// ---- reduce.cu -------------------------------------------------------------------
+// *result (device double) = Σ x², deterministic (fixed two-stage tree).
+template <class T>
+void sum_squares(double* result, const T* x, size_t n, cudaStream_t stream);
+// out (C) += Σ_rows x (N, C), deterministic; the matmul bias gradient.
+template <class T>
+void column_sums_add(float* out, const T* x, int N, int C, cudaStream_t stream);
+// out (N, C) += bias (C) broadcast over rows (when the GEMM epilogue cannot do it).
+template <class T>
+void add_bias(T* out, const T* bias, int N, int C, cudaStream_t stream);
+
+// ---- norm.cu ---------------------------------------------------------------------
+template <class T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int N, int C, float eps,
+                     cudaStream_t stream);
+template <class T>
+void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight, const float* rstd,
+                      int N, int C, cudaStream_t stream);
+
+// ---- rope.cu ---------------------------------------------------------------------
+// sign +1 rotates by +angle (forward), -1 by -angle (backward).
+template <class T>
+void rope(T* qkv, int B, int T_, int H, int KV, int hd, float theta, int sign, cudaStream_t stream);
+
+// ---- attention.cu ----------------------------------------------------------------
+constexpr int kMaxHeadDim = 128;
+template <class T>
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int H, int KV, int hd,
+                       cudaStream_t stream);
+template <class T>
+void attention_backward(T* dqkv, const T* dout, const T* out, const float* lse, const T* qkv, int B, int T_,
+                        int H, int KV, int hd, cudaStream_t stream);
+
+// ---- loss.cu ---------------------------------------------------------------------
+template <class T>
+void cross_entropy(float* losses, T* logits, const int32_t* targets, int N, int V, int ignore_index,
+                   float dloss_scale, bool grad, cudaStream_t stream);
+
+// ---- adamw.cu --------------------------------------------------------------------
+void adamw(float* param, const float* grad, float* m, float* v, size_t n, const AdamWParams& p,
+           cudaStream_t stream);
+
+}  // namespace st::cuda

@@ -1,0 +1,224 @@
+// Element-wise kernels: fill, dtype conversion, add/accumulate, embedding gather and
+// scatter, SwiGLU, and the token-id range check. All are memory-bound grid-stride
+// loops with scalar loads (no alignment assumptions: tensors are often slices at
+// arbitrary element offsets); math in float.
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/device_utils.cuh"
+
+namespace st::cuda {
+namespace {
+
+constexpr unsigned kThreads = 256;
+
+// ---- fill and convert -------------------------------------------------------------
+
+template <class D>
+__global__ void fill_kernel(D* p, size_t n, D value) {
+  for (size_t i = global_thread(); i < n; i += grid_threads()) p[i] = value;
+}
+
+// Load any supported element as double (exact for every source type but I64 > 2^53).
+__device__ __forceinline__ double load_as_double(const float* p, size_t i) { return p[i]; }
+__device__ __forceinline__ double load_as_double(const double* p, size_t i) { return p[i]; }
+__device__ __forceinline__ double load_as_double(const bf16* p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ double load_as_double(const int32_t* p, size_t i) { return p[i]; }
+__device__ __forceinline__ double load_as_double(const int64_t* p, size_t i) { return double(p[i]); }
+
+template <class D>
+__device__ __forceinline__ D store_from(double x);
+template <>
+__device__ __forceinline__ float store_from<float>(double x) { return float(x); }
+template <>
+__device__ __forceinline__ double store_from<double>(double x) { return x; }
+// Through float first, as the CPU backend does (f64 -> f32 -> bf16), so F32 -> BF16 is
+// one round-to-nearest-even of the float and matches f32_to_bf16 bit for bit.
+template <>
+__device__ __forceinline__ bf16 store_from<bf16>(double x) { return __float2bfloat16_rn(float(x)); }
+template <>
+__device__ __forceinline__ int32_t store_from<int32_t>(double x) { return int32_t(x); }  // truncates, saturates
+template <>
+__device__ __forceinline__ int64_t store_from<int64_t>(double x) { return int64_t(x); }
+
+template <class D, class S>
+__global__ void convert_kernel(D* dst, const S* src, size_t n) {
+  for (size_t i = global_thread(); i < n; i += grid_threads()) dst[i] = store_from<D>(load_as_double(src, i));
+}
+
+// Calls fn(X{}) with X the C++ type of dt.
+template <class Fn>
+void with_type(DType dt, Fn&& fn) {
+  switch (dt) {
+    case DType::F32: fn(float{}); return;
+    case DType::F64: fn(double{}); return;
+    case DType::BF16: fn(bf16{}); return;
+    case DType::I32: fn(int32_t{}); return;
+    case DType::I64: fn(int64_t{}); return;
+    case DType::F16: break;
+  }
+  fail("cuda backend: ", dtype_name(dt), " tensors are not supported");
+}
+
+// ---- add / accumulate -------------------------------------------------------------
+
+template <class T>
+__global__ void add_kernel(T* out, const T* a, const T* b, size_t n) {
+  for (size_t i = global_thread(); i < n; i += grid_threads())
+    out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
+}
+
+template <class T>
+__global__ void accumulate_kernel(T* acc, const T* x, size_t n) {
+  for (size_t i = global_thread(); i < n; i += grid_threads())
+    acc[i] = from_float<T>(to_float(acc[i]) + to_float(x[i]));
+}
+
+// ---- ids and embedding ------------------------------------------------------------
+
+__global__ void find_bad_id_kernel(int* first_bad, const int32_t* ids, int N, int V, bool has_ignore, int ignore) {
+  for (size_t r = global_thread(); r < size_t(N); r += grid_threads()) {
+    const int id = ids[r];
+    if (has_ignore && id == ignore) continue;
+    if (id < 0 || id >= V) atomicMin(first_bad, int(r));  // the lowest row, as the CPU reports
+  }
+}
+
+// out (N, C) = wte (V, C)[tokens (N)]
+template <class T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, int N, int C) {
+  const size_t n = size_t(N) * C;
+  for (size_t i = global_thread(); i < n; i += grid_threads()) {
+    const size_t r = i / C, c = i % C;
+    out[i] = wte[size_t(tokens[r]) * C + c];
+  }
+}
+
+// dwte (V, C) += scatter of dout (N, C). Repeated tokens collide, hence atomics: the
+// order of the float additions (and so the last bits) varies run to run.
+template <class T>
+__global__ void embedding_backward_kernel(float* dwte, const T* dout, const int32_t* tokens, int N, int C) {
+  const size_t n = size_t(N) * C;
+  for (size_t i = global_thread(); i < n; i += grid_threads()) {
+    const size_t r = i / C, c = i % C;
+    atomicAdd(dwte + size_t(tokens[r]) * C + c, to_float(dout[i]));
+  }
+}
+
+// ---- SwiGLU -------------------------------------------------------------------------
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// out (N, F) = silu(gate) * up, gu (N, 2F) = [gate | up] per row
+template <class T>
+__global__ void swiglu_forward_kernel(T* out, const T* gu, int N, int F) {
+  const size_t n = size_t(N) * F;
+  for (size_t i = global_thread(); i < n; i += grid_threads()) {
+    const size_t r = i / F, j = i % F;
+    const float g = to_float(gu[r * 2 * F + j]), u = to_float(gu[r * 2 * F + F + j]);
+    out[i] = from_float<T>(g * sigmoid(g) * u);
+  }
+}
+
+// dgu (N, 2F): d gate = dy * u * silu'(g), silu'(g) = s (1 + g (1 - s)); d up = dy * silu(g)
+template <class T>
+__global__ void swiglu_backward_kernel(T* dgu, const T* dout, const T* gu, int N, int F) {
+  const size_t n = size_t(N) * F;
+  for (size_t i = global_thread(); i < n; i += grid_threads()) {
+    const size_t r = i / F, j = i % F;
+    const float g = to_float(gu[r * 2 * F + j]), u = to_float(gu[r * 2 * F + F + j]);
+    const float dy = to_float(dout[i]), s = sigmoid(g);
+    dgu[r * 2 * F + j] = from_float<T>(dy * u * s * (1.0f + g * (1.0f - s)));
+    dgu[r * 2 * F + F + j] = from_float<T>(dy * g * s);
+  }
+}
+
+}  // namespace
+
+// ---- launchers ------------------------------------------------------------------------
+
+void fill(void* p, DType dt, size_t n, double value, cudaStream_t stream) {
+  if (n == 0) return;
+  with_type(dt, [&](auto tag) {
+    using D = decltype(tag);
+    D v;
+    if constexpr (std::is_same_v<D, bf16>)
+      v = __float2bfloat16_rn(float(value));
+    else
+      v = static_cast<D>(value);
+    fill_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<D*>(p), n, v);
+  });
+  ST_CUDA_LAUNCHED("fill_kernel");
+}
+
+void convert(void* dst, DType dst_dt, const void* src, DType src_dt, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  with_type(dst_dt, [&](auto dtag) {
+    with_type(src_dt, [&](auto stag) {
+      using D = decltype(dtag);
+      using S = decltype(stag);
+      convert_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<D*>(dst),
+                                                                      static_cast<const S*>(src), n);
+    });
+  });
+  ST_CUDA_LAUNCHED("convert_kernel");
+}
+
+template <class T>
+void add(T* out, const T* a, const T* b, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, a, b, n);
+  ST_CUDA_LAUNCHED("add_kernel");
+}
+
+template <class T>
+void accumulate(T* acc, const T* x, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  accumulate_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(acc, x, n);
+  ST_CUDA_LAUNCHED("accumulate_kernel");
+}
+
+void find_bad_id(int* first_bad, const int32_t* ids, int N, int V, bool has_ignore, int ignore,
+                 cudaStream_t stream) {
+  find_bad_id_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(first_bad, ids, N, V, has_ignore, ignore);
+  ST_CUDA_LAUNCHED("find_bad_id_kernel");
+}
+
+template <class T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C, cudaStream_t stream) {
+  embedding_forward_kernel<<<grid_for(size_t(N) * C, kThreads), kThreads, 0, stream>>>(out, tokens, wte, N, C);
+  ST_CUDA_LAUNCHED("embedding_forward_kernel");
+}
+
+template <class T>
+void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int N, int C, cudaStream_t stream) {
+  embedding_backward_kernel<<<grid_for(size_t(N) * C, kThreads), kThreads, 0, stream>>>(dwte, dout, tokens, N, C);
+  ST_CUDA_LAUNCHED("embedding_backward_kernel");
+}
+
+template <class T>
+void swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream) {
+  swiglu_forward_kernel<<<grid_for(size_t(N) * F, kThreads), kThreads, 0, stream>>>(out, gu, N, F);
+  ST_CUDA_LAUNCHED("swiglu_forward_kernel");
+}
+
+template <class T>
+void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStream_t stream) {
+  swiglu_backward_kernel<<<grid_for(size_t(N) * F, kThreads), kThreads, 0, stream>>>(dgu, dout, gu, N, F);
+  ST_CUDA_LAUNCHED("swiglu_backward_kernel");
+}
+
+#define ST_CUDA_ELEMENTWISE(T)                                                                    \
+  template void add<T>(T*, const T*, const T*, size_t, cudaStream_t);                            \
+  template void accumulate<T>(T*, const T*, size_t, cudaStream_t);                               \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, int, int, cudaStream_t);      \
+  template void embedding_backward<T>(float*, const T*, const int32_t*, int, int, cudaStream_t); \
+  template void swiglu_forward<T>(T*, const T*, int, int, cudaStream_t);                         \
+  template void swiglu_backward<T>(T*, const T*, const T*, int, int, cudaStream_t);
+ST_CUDA_ELEMENTWISE(float)
+ST_CUDA_ELEMENTWISE(bf16)
+#undef ST_CUDA_ELEMENTWISE
+
+}  // namespace st::cuda
