@@ -5,7 +5,9 @@
 
 #include "backend/factory.h"
 #include "cli/commands.h"
-#include "dist/comm.h"
+#include "core/log.h"
+#include "dist/env.h"
+#include "dist/process_groups.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -31,8 +33,8 @@ Command add_train_command(CLI::App& root) {
   return {app, [state] {
             RunConfig cfg = load_run_config(state->config, state->overrides);
             auto backend = make_backend(cfg.device);
-            auto comm = make_single_comm(*backend);
-            Trainer trainer(cfg, *backend, *comm);
+            ProcessGroups groups = make_single_process_groups(*backend);  // TODO(dist): init_process_groups
+            Trainer trainer(cfg, *backend, groups);
             trainer.run();
             return 0;
           }};

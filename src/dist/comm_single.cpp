@@ -1,5 +1,6 @@
 #include "backend/backend.h"
 #include "dist/comm.h"
+#include "dist/process_groups.h"
 
 namespace st {
 namespace {
@@ -30,5 +31,12 @@ class SingleComm final : public Comm {
 }  // namespace
 
 std::unique_ptr<Comm> make_single_comm(Backend& backend) { return std::make_unique<SingleComm>(backend); }
+
+ProcessGroups make_single_process_groups(Backend& backend) {
+  ProcessGroups g;
+  g.world = make_single_comm(backend);
+  g.shard = make_single_comm(backend);
+  return g;
+}
 
 }  // namespace st

@@ -7,8 +7,8 @@
 
 namespace st {
 
-Fsdp::Fsdp(const ParamLayout& layout, Backend& backend, Comm& comm, FsdpOptions options)
-    : layout_(layout), be_(backend), comm_(comm), opt_(options) {
+Fsdp::Fsdp(const ParamLayout& layout, Backend& backend, Comm& comm, Comm* replicate, FsdpOptions options)
+    : layout_(layout), be_(backend), comm_(comm), replicate_(replicate), opt_(options) {
   ST_CHECK(layout.world() == comm.world(), "layout built for world ", layout.world(), " but the comm has ",
            comm.world(), " ranks");
   size_t max_shard = 0;
@@ -126,6 +126,7 @@ void Fsdp::grad_ready(int u) {
   // Reduce-scatter this micro-batch's fp32 gradient, then add it to the shard.
   Tensor part = be_.alloc(DType::F32, n);
   comm_.reduce_scatter(part, s.full_grad, n);
+  if (replicate_) replicate_->all_reduce(part, n);
   be_.accumulate(s.grad, part, n);
   be_.free(part);
   be_.free(s.full_grad);

@@ -1,7 +1,9 @@
 // Fully sharded data parallel state (ZeRO-3): per unit, this rank's slice of the
 // fp32 master weights, fp32 gradient, and AdamW moments. The model sees whole
 // units through ParamProvider: acquire all-gathers the unit (in the compute
-// dtype), grad_ready reduce-scatters its fp32 gradient into this rank's shard.
+// dtype), grad_ready reduce-scatters its fp32 gradient into this rank's shard. With
+// HSDP the shard group is one node's ranks and the gradient shards are then summed
+// across the groups (replicas) with an all-reduce.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -27,7 +29,9 @@ struct FsdpMemory {
 
 class Fsdp final : public ParamProvider {
  public:
-  Fsdp(const ParamLayout& layout, Backend& backend, Comm& comm, FsdpOptions options);
+  // `shard` all-gathers weights and reduce-scatters gradients; `replicate` (HSDP,
+  // may be null) sums the gradient shards of ranks holding the same shard.
+  Fsdp(const ParamLayout& layout, Backend& backend, Comm& shard, Comm* replicate, FsdpOptions options);
   ~Fsdp() override;
   Fsdp(const Fsdp&) = delete;
   Fsdp& operator=(const Fsdp&) = delete;
@@ -70,6 +74,7 @@ class Fsdp final : public ParamProvider {
   const ParamLayout& layout_;
   Backend& be_;
   Comm& comm_;
+  Comm* replicate_;
   FsdpOptions opt_;
   std::vector<UnitState> units_;
   Tensor send_;                     // compute-dtype shard staging (largest shard)

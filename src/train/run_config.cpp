@@ -105,6 +105,13 @@ const std::vector<Key>& schema() {
         // Negative so that it can never collide with a token id.
         {"data.ignore_index", &RunConfig::ignore_index, "target id that the loss skips", below(0)},
 
+        {"dist.shard_group_size", &RunConfig::shard_group_size,
+         "ranks that shard the model together; 0 = all ranks (FSDP), G = shard within groups of G ranks and "
+         "replicate across groups (HSDP; world size must be a multiple of G)",
+         at_least(0)},
+        {"dist.timeout_s", &RunConfig::timeout_s,
+         "seconds any rendezvous or collective may wait before the run fails naming the missing ranks", above(0)},
+
         {"run.out_dir", &RunConfig::out_dir, "directory for logs, config and checkpoints"},
         {"run.progress", &RunConfig::progress, "progress bar (auto: only on a terminal)", {},
          {"auto", "on", "off"}},

@@ -46,6 +46,9 @@ struct RunConfig {
   std::string data_source = "text";    // data.source: random | text
   std::vector<std::string> data_paths = {"/usr/share/common-licenses"};  // data.paths: files or dirs
   int ignore_index = -100;             // data.ignore_index
+  // [dist]
+  int shard_group_size = 0;            // dist.shard_group_size: 0 = shard over all ranks (FSDP); G = HSDP
+  double timeout_s = 300;              // dist.timeout_s: limit on every collective and rendezvous wait
   // [run]
   std::string out_dir = "runs/default";  // run.out_dir
   std::string progress = "auto";         // run.progress: auto | on | off

@@ -11,11 +11,12 @@
 
 namespace st {
 
-Trainer::Trainer(const RunConfig& cfg, Backend& backend, Comm& comm) : cfg_(cfg), be_(backend), comm_(comm) {
-  layout_ = std::make_unique<ParamLayout>(cfg.model, comm.world());
+Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups)
+    : cfg_(cfg), be_(backend), comm_(*groups.world), shard_(*groups.shard), replicate_(groups.replicate.get()) {
+  layout_ = std::make_unique<ParamLayout>(cfg.model, shard_.world());
   FsdpOptions fo;
   fo.compute_dtype = backend.device() == Device::CPU ? DType::F32 : DType::BF16;
-  fsdp_ = std::make_unique<Fsdp>(*layout_, be_, comm_, fo);
+  fsdp_ = std::make_unique<Fsdp>(*layout_, be_, shard_, replicate_, fo);
   fsdp_->init_weights(cfg.seed);
   if (!cfg.init_from.empty()) {
     const auto units = load_hf_weights(cfg.init_from, *layout_);
@@ -37,8 +38,13 @@ void Trainer::print_header() const {
   const ModelConfig& m = cfg_.model;
   const long long global_seqs = 1LL * cfg_.micro_batch * cfg_.grad_accum * comm_.world();
   char buf[512];
-  log_info(std::string("shardtrain ") + SHARDTRAIN_VERSION + " | backend " + be_.name() + " | world " +
-           std::to_string(comm_.world()));
+  std::string sharding = "world " + std::to_string(comm_.world());
+  if (replicate_)
+    sharding += " (HSDP: sharded over groups of " + std::to_string(shard_.world()) + " ranks, " +
+                std::to_string(replicate_->world()) + " replicas)";
+  else if (comm_.world() > 1)
+    sharding += " (FSDP: sharded over all ranks)";
+  log_info(std::string("shardtrain ") + SHARDTRAIN_VERSION + " | backend " + be_.name() + " | " + sharding);
   std::snprintf(buf, sizeof buf, "model %s: %d layers, hidden %d, heads %d (kv %d), ffn %d, vocab %d, %s | %s params",
                 m.source.c_str(), m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.intermediate_size,
                 m.vocab_size, m.tie_word_embeddings ? "tied" : "untied",

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "data/source.h"
 #include "dist/comm.h"
+#include "dist/process_groups.h"
 #include "fsdp/fsdp.h"
 #include "model/layout.h"
 #include "model/qwen2.h"
@@ -25,8 +26,8 @@ struct TrainResult {
 
 class Trainer {
  public:
-  // out_dir empty: nothing is written to disk (tests).
-  Trainer(const RunConfig& cfg, Backend& backend, Comm& comm);
+  // out_dir empty: nothing is written to disk (tests). `groups` outlives the trainer.
+  Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups);
   ~Trainer();
 
   void print_header() const;
@@ -44,7 +45,9 @@ class Trainer {
  private:
   RunConfig cfg_;
   Backend& be_;
-  Comm& comm_;
+  Comm& comm_;   // the whole world: data positions, loss and token counts
+  Comm& shard_;  // the ranks that shard the model together
+  Comm* replicate_;
   std::unique_ptr<ParamLayout> layout_;
   std::unique_ptr<Fsdp> fsdp_;
   std::unique_ptr<Qwen2Model> model_;

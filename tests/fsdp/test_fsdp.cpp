@@ -25,7 +25,7 @@ TEST(Fsdp, InitEqualsTheLayoutInitAndRoundTrips) {
   auto be = make_cpu_backend();
   auto comm = make_single_comm(*be);
   ParamLayout layout(cfg(), 1);
-  Fsdp f(layout, *be, *comm, {});
+  Fsdp f(layout, *be, *comm, nullptr, {});
   f.init_weights(11);
   for (int u = 0; u < layout.num_units(); ++u) {
     const Unit& unit = layout.unit(u);
@@ -60,7 +60,7 @@ TEST(Fsdp, WeightDecayOnlyOnMatrices) {
   auto be = make_cpu_backend();
   auto comm = make_single_comm(*be);
   ParamLayout layout(cfg(), 1);
-  Fsdp f(layout, *be, *comm, {});
+  Fsdp f(layout, *be, *comm, nullptr, {});
   f.init_weights(3);
   const int u = layout.layer_unit(0);
   std::vector<float> v = f.gather_unit(u);
@@ -100,7 +100,7 @@ TEST(Fsdp, GradientsMatchDenseParamsWithAndWithoutReshard) {
   for (bool reshard : {true, false}) {
     FsdpOptions o;
     o.reshard_after_forward = reshard;
-    Fsdp f(layout, *be, *comm, o);
+    Fsdp f(layout, *be, *comm, nullptr, o);
     f.init_weights(9);
     f.zero_grads();
     const LossSum lf = model.forward_backward(f, tok.data(), tgt.data(), 1.0f / (B * T), -100);

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "backend/backend.h"
-#include "dist/comm.h"
+#include "dist/process_groups.h"
 #include "model/config.h"
 #include "train/trainer.h"
 
@@ -27,8 +27,8 @@ RunConfig small_run(int steps) {
 
 TrainResult run(const RunConfig& cfg) {
   auto be = make_cpu_backend();
-  auto comm = make_single_comm(*be);
-  Trainer t(cfg, *be, *comm);
+  ProcessGroups groups = make_single_process_groups(*be);
+  Trainer t(cfg, *be, groups);
   return t.run(false);
 }
 

@@ -1,0 +1,25 @@
+// Where this process sits in the job, read from the environment variables that
+// launchers set. Any engine that sets one of these families runs shardtrain:
+// `shardtrain launch`, torchrun / Kubeflow PyTorchJob, Slurm (srun), Open MPI.
+#pragma once
+#include <map>
+#include <string>
+
+namespace st {
+
+struct DistEnv {
+  int rank = 0, world = 1;
+  int local_rank = 0, local_world = 1;
+  int node_rank = 0, num_nodes = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string source = "single process";  // which family supplied the values, for the log
+};
+
+// Reads the launch contract from `env` (the process environment when called with
+// environ_map()). Precedence and conflict rules are documented in the .cpp and in
+// docs/operations.md; conflicting values are an st::Error naming both variables.
+DistEnv detect_dist_env(const std::map<std::string, std::string>& env);
+std::map<std::string, std::string> environ_map();
+
+}  // namespace st

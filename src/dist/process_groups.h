@@ -1,0 +1,27 @@
+// The communicators a run needs: the whole world (data positions, loss and token
+// counts), the shard group FSDP all-gathers and reduce-scatters over, and, for HSDP,
+// the replicate group (same position in every shard group) whose gradient shards are
+// all-reduced. With shard_group_size 0 or == world, replicate is null (plain FSDP).
+#pragma once
+#include <memory>
+
+#include "backend/backend.h"
+#include "dist/comm.h"
+#include "dist/env.h"
+
+namespace st {
+
+struct ProcessGroups {
+  std::unique_ptr<Comm> world, shard, replicate;
+};
+
+// Rendezvous through a TCP store served by rank 0 at env.master_addr:master_port,
+// then one communicator per group: Gloo for the CPU backend, NCCL for CUDA. Every
+// wait is bounded by timeout_s; a rank that never arrives is named in the error.
+// A world of 1 needs no network and returns single-process comms.
+ProcessGroups init_process_groups(const DistEnv& env, Backend& backend, int shard_group_size, double timeout_s);
+
+// A world of one process (defined with the single-process comm).
+ProcessGroups make_single_process_groups(Backend& backend);
+
+}  // namespace st
