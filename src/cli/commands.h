@@ -16,5 +16,6 @@ Command add_train_command(CLI::App& root);
 Command add_presets_command(CLI::App& root);
 Command add_score_command(CLI::App& root);
 Command add_export_command(CLI::App& root);
+Command add_launch_command(CLI::App& root);
 
 }  // namespace st

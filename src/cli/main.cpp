@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(SHARDTRAIN_VERSION));
   app.require_subcommand(1);
   std::vector<st::Command> commands = {st::add_train_command(app), st::add_score_command(app),
-                                      st::add_export_command(app), st::add_presets_command(app)};
+                                      st::add_export_command(app), st::add_presets_command(app),
+                                      st::add_launch_command(app)};
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,57 @@
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "dist/launcher.h"
+
+namespace st {
+
+Command add_launch_command(CLI::App& root) {
+  auto opt = std::make_shared<LaunchOptions>();
+  CLI::App* app = root.add_subcommand(
+      "launch",
+      "Start this node's ranks as child processes, each running `shardtrain <args after -->` with\n"
+      "RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT set\n"
+      "(torchrun's names). Their output is printed line by line as \"[rank R] ...\". When a rank\n"
+      "fails, the others get SIGTERM, then SIGKILL after --grace-period; Ctrl-C (SIGINT/SIGTERM)\n"
+      "is forwarded to every rank, a second one kills them. Exits 0 only if every rank did.\n"
+      "Rank variables of Slurm, Open MPI, PMI and PyTorchJob (PET_*) are removed from the ranks'\n"
+      "environment, so running `launch` inside an srun step is unambiguous.");
+  app->footer(
+      "Examples:\n"
+      "  shardtrain launch --nproc-per-node 4 -- train --config configs/tiny.toml\n"
+      "  # two machines, 8 ranks each; run on both, with --node-rank 0 on the first:\n"
+      "  shardtrain launch --nproc-per-node 8 --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 -- train ...\n"
+      "  # any program, e.g. to look at the contract:\n"
+      "  shardtrain launch --nproc-per-node 2 --program /bin/sh -- -c 'echo $RANK/$WORLD_SIZE'");
+  app->add_option("--nproc-per-node", opt->nproc_per_node, "Ranks to start on this node")->required();
+  app->add_option("--nnodes", opt->nnodes, "Nodes in the job")->capture_default_str();
+  app->add_option("--node-rank", opt->node_rank, "This node's index, 0..nnodes-1")->capture_default_str();
+  app->add_option("--master-addr", opt->master_addr, "Address of rank 0's node, reachable from every node")
+      ->capture_default_str();
+  app->add_option("--master-port", opt->master_port, "Rendezvous port on the master")->capture_default_str();
+  app->add_option("--program", opt->program,
+                  "Run this executable (a path, or a name looked up on PATH) instead of shardtrain itself");
+  app->add_option("--grace-period", opt->grace_s, "Seconds between SIGTERM and SIGKILL when stopping ranks")
+      ->capture_default_str();
+  // Everything after `--` lands here: CLI11 takes what follows it as positionals only.
+  app->add_option("args", opt->args, "Arguments for every rank, after `--` (a shardtrain command by default)");
+  // Without `--`, a rank's options (`train --config x`) would be taken as launch's own
+  // and rejected with a bare "not expected"; keep them instead, to say where they go.
+  app->allow_extras();
+  return {app, [app, opt] {
+            std::string extras;
+            for (const std::string& a : app->remaining())
+              if (a != "--") extras += " " + a;  // CLI11 keeps the separator itself in remaining()
+            if (!extras.empty())
+              fail("launch: unknown option(s)", extras,
+                   "; a rank's own arguments go after `--`, e.g.\n"
+                   "  shardtrain launch --nproc-per-node 4 -- train --config configs/tiny.toml");
+            return launch_local_ranks(*opt);
+          }};
+}
+
+}  // namespace st

@@ -1,0 +1,41 @@
+// `shardtrain launch`: starts this node's ranks as child processes with the launch
+// contract (torchrun's variable names, see dist/env.h) in their environment, relays
+// their output line by line with a "[rank R] " prefix, and stops them all as soon as
+// one fails. It is a convenience for one machine (or a hand-run multi-node job);
+// Slurm, mpirun or Kubernetes can start ranks just as well by setting the contract.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+namespace st {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string program;            // empty: this very binary (/proc/self/exe)
+  std::vector<std::string> args;  // argv[1..] of every rank
+  double grace_s = 10.0;          // SIGTERM -> SIGKILL delay when stopping ranks
+};
+
+// Throws st::Error naming the offending option.
+void validate_launch_options(const LaunchOptions& opt);
+
+// The environment of local rank `local_rank`: `base` without the rank variables of
+// other launchers (Open MPI, PMI/PMIx, Slurm task placement, PyTorchJob PET_*), so a
+// rank never sees two disagreeing placements, plus RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+std::map<std::string, std::string> rank_environment(const LaunchOptions& opt, int local_rank,
+                                                    std::map<std::string, std::string> base);
+
+// Runs opt.nproc_per_node ranks to completion and returns the exit status the
+// launcher should exit with: 0 when every rank exited 0; otherwise the first failing
+// rank's status (128 + signal when it was killed), or 128 + signal when the launcher
+// itself was interrupted. Installs SIGINT/SIGTERM/SIGHUP/SIGCHLD handlers for its
+// duration (restored on return); one launch at a time per process.
+int launch_local_ranks(const LaunchOptions& opt);
+
+}  // namespace st
