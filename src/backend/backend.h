@@ -117,4 +117,10 @@ class Backend {
 // The CPU reference backend (OpenBLAS GEMMs, fp32 and fp64).
 std::unique_ptr<Backend> make_cpu_backend();
 
+// The CUDA backend on device `device_index` (bf16 activations, fp32 gradients and
+// optimizer state). Defined only in builds with CUDA (SHARDTRAIN_HAVE_CUDA).
+std::unique_ptr<Backend> make_cuda_backend(int device_index);
+// True when this build has the CUDA backend and a CUDA device is present.
+bool cuda_available();
+
 }  // namespace st

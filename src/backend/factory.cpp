@@ -2,12 +2,32 @@
 
 #include "core/error.h"
 
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
 namespace st {
+
+bool cuda_available() {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  return cuda::device_count(nullptr) > 0;
+#else
+  return false;
+#endif
+}
 
 std::unique_ptr<Backend> make_backend(const std::string& device) {
   if (device == "cpu") return make_cpu_backend();
-  if (device == "cuda")
-    fail("train.device = \"cuda\": this build has no CUDA backend yet; use --train.device=cpu");
+  if (device == "cuda") {
+#ifdef SHARDTRAIN_HAVE_CUDA
+    std::string why;
+    if (cuda::device_count(&why) == 0) fail("train.device = cuda: no CUDA device found (cudaGetDeviceCount: ", why, ")");
+    return make_cuda_backend(0);
+#else
+    fail("train.device = \"cuda\": this build has no CUDA backend (nvcc was not found at configure time); "
+         "use --train.device=cpu");
+#endif
+  }
   fail("train.device: unknown device '", device, "' (expected cpu or cuda)");
 }
 

@@ -1,0 +1,480 @@
+// The CUDA backend: argument checks, dtype dispatch, memory ops, and the state the
+// kernels share (one stream, the cuBLASLt wrapper, small pinned read-back buffers).
+// The kernels live in the .cu files of this directory (cuda_kernels.h).
+//
+// Dtypes: activations and weights are BF16 (or all F32 for tests); parameter
+// gradients, statistics (rstd, lse, losses) and AdamW state are F32; ids are I32.
+// Everything is enqueued on one stream; upload, download, sum_squares and the id
+// checks synchronise it, since they hand results to the host.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/matmul.h"
+
+namespace st {
+namespace cuda {
+
+int device_count(std::string* error) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it: the probe must not poison later calls
+    if (error) *error = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0 && error) *error = "no devices";
+  return n;
+}
+
+}  // namespace cuda
+
+namespace {
+
+using cuda::bf16;
+
+// ---- argument checks ------------------------------------------------------------------
+
+void check_dim(const char* op, const char* name, long long v) {
+  ST_CHECK(v > 0, op, ": ", name, " must be positive, got ", v);
+}
+
+// `t` must hold at least `count` elements of dtype `dt`.
+void check_buf(const char* op, const char* name, Tensor t, DType dt, size_t count) {
+  ST_CHECK(!t.empty(), op, ": ", name, " is empty (needs ", count, " elements)");
+  ST_CHECK(t.dtype == dt, op, ": ", name, " is ", dtype_name(t.dtype), ", expected ", dtype_name(dt));
+  ST_CHECK(t.numel >= count, op, ": ", name, " holds ", t.numel, " elements, needs ", count);
+}
+
+// The activation dtype of an op, taken from one of its activation arguments.
+DType act_dtype(const char* op, const char* name, Tensor t) {
+  ST_CHECK(t.dtype == DType::BF16 || t.dtype == DType::F32, op, ": ", name, " is ", dtype_name(t.dtype),
+           "; the CUDA backend computes on bf16 (or f32) activations");
+  return t.dtype;
+}
+
+// Calls fn(T{}) with T = bf16 or float for a BF16 / F32 dtype.
+template <class Fn>
+void dispatch(DType dt, Fn&& fn) {
+  if (dt == DType::BF16)
+    fn(bf16{});
+  else
+    fn(float{});
+}
+
+// ---- the backend --------------------------------------------------------------------------
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    std::string why;
+    const int count = cuda::device_count(&why);
+    ST_CHECK(count > 0, "cuda backend: no CUDA device found (cudaGetDeviceCount: ", why, ")");
+    ST_CHECK(device >= 0 && device < count, "cuda backend: device ", device, " does not exist (", count,
+             " device(s))");
+    ST_CUDA(cudaSetDevice(device));
+    cudaDeviceProp prop{};
+    ST_CUDA(cudaGetDeviceProperties(&prop, device));
+    ST_CHECK(prop.major >= 8, "cuda backend: ", prop.name, " has compute capability ", prop.major, ".", prop.minor,
+             "; bf16 tensor cores need 8.0 or newer");
+    name_ = "cuda:" + std::to_string(device) + " (" + prop.name + ")";
+    ST_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // alloc/free go through the stream-ordered pool; keep freed memory cached in it
+    // (the default threshold 0 hands it back to the driver at every synchronisation).
+    cudaMemPool_t pool;
+    ST_CUDA(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t keep = UINT64_MAX;
+    ST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    matmul_ = std::make_unique<cuda::Matmul>(stream_);
+    ST_CUDA(cudaMalloc(&small_dev_, 64));
+    ST_CUDA(cudaMallocHost(&small_host_, 64));
+  }
+
+  ~CudaBackend() override {
+    // No throwing here: report nothing, release everything.
+    (void)cudaSetDevice(device_);
+    (void)cudaStreamSynchronize(stream_);
+    matmul_.reset();
+    if (small_dev_) (void)cudaFree(small_dev_);
+    if (small_host_) (void)cudaFreeHost(small_host_);
+    if (stream_) (void)cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device::CUDA; }
+  std::string name() const override { return name_; }
+
+  // ---- memory -----------------------------------------------------------------------
+
+  Tensor alloc(DType dtype, size_t numel) override {
+    use_device();
+    Tensor t{nullptr, dtype, numel};
+    if (numel == 0) return t;
+    const cudaError_t e = cudaMallocAsync(&t.data, t.bytes(), stream_);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      (void)cudaMemGetInfo(&free_b, &total_b);
+      fail("cuda backend: out of GPU memory allocating ", t.bytes(), " bytes (", free_b, " of ", total_b,
+           " bytes free)");
+    }
+    ST_CUDA(e);
+    ST_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
+    return t;
+  }
+  void free(Tensor& t) override {
+    if (t.data) {
+      use_device();
+      ST_CUDA(cudaFreeAsync(t.data, stream_));  // stream-ordered: safe while kernels still read it
+    }
+    t.data = nullptr;
+  }
+  void zero(Tensor t) override {
+    if (t.empty()) return;
+    use_device();
+    ST_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
+  }
+  void fill(Tensor t, double value) override {
+    ST_CHECK(!t.empty() || t.numel == 0, "fill: empty tensor of ", t.numel, " elements");
+    use_device();
+    cuda::fill(t.data, t.dtype, t.numel, value, stream_);
+  }
+  void copy(Tensor dst, Tensor src) override {
+    ST_CHECK(dst.numel == src.numel, "copy: dst has ", dst.numel, " elements, src ", src.numel);
+    if (dst.numel == 0) return;
+    ST_CHECK(!dst.empty() && !src.empty(), "copy: empty tensor");
+    use_device();
+    if (dst.dtype == src.dtype)
+      ST_CUDA(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_));
+    else
+      cuda::convert(dst.data, dst.dtype, src.data, src.dtype, src.numel, stream_);
+  }
+  void upload(Tensor dst, const void* host) override {
+    ST_CHECK(!dst.empty() || dst.numel == 0, "upload: empty tensor of ", dst.numel, " elements");
+    if (dst.numel == 0) return;
+    use_device();
+    ST_CUDA(cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, stream_));
+    ST_CUDA(cudaStreamSynchronize(stream_));  // the caller may reuse `host` at once
+  }
+  void download(void* host, Tensor src) override {
+    ST_CHECK(!src.empty() || src.numel == 0, "download: empty tensor of ", src.numel, " elements");
+    if (src.numel == 0) return;
+    use_device();
+    ST_CUDA(cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
+    ST_CUDA(cudaStreamSynchronize(stream_));
+  }
+  void synchronize() override {
+    use_device();
+    ST_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  // ---- element-wise -------------------------------------------------------------------
+
+  void add(Tensor out, Tensor a, Tensor b, size_t n) override {
+    DType dt = act_dtype("add", "out", out);
+    check_buf("add", "out", out, dt, n);
+    check_buf("add", "a", a, dt, n);
+    check_buf("add", "b", b, dt, n);
+    use_device();
+    dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::add(out.as<T>(), a.as<T>(), b.as<T>(), n, stream_);
+    });
+  }
+  void accumulate(Tensor acc, Tensor x, size_t n) override {
+    DType dt = act_dtype("accumulate", "acc", acc);
+    check_buf("accumulate", "acc", acc, dt, n);
+    check_buf("accumulate", "x", x, dt, n);
+    use_device();
+    dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::accumulate(acc.as<T>(), x.as<T>(), n, stream_);
+    });
+  }
+  double sum_squares(Tensor x, size_t n) override {
+    ST_CHECK(x.numel >= n, "sum_squares: x holds ", x.numel, " elements, needs ", n);
+    if (n == 0) return 0.0;
+    DType dt = act_dtype("sum_squares", "x", x);
+    use_device();
+    double* result = static_cast<double*>(small_dev_);
+    dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::sum_squares(result, x.as<T>(), n, stream_);
+    });
+    ST_CUDA(cudaMemcpyAsync(small_host_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    ST_CUDA(cudaStreamSynchronize(stream_));
+    return *static_cast<double*>(small_host_);
+  }
+
+  // ---- embedding ------------------------------------------------------------------------
+
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) override {
+    const char* op = "embedding_forward";
+    check_dim(op, "N", N), check_dim(op, "C", C), check_dim(op, "V", V);
+    DType dt = act_dtype(op, "wte", wte);
+    check_buf(op, "out", out, dt, size_t(N) * C);
+    check_buf(op, "tokens", tokens, DType::I32, N);
+    check_buf(op, "wte", wte, dt, size_t(V) * C);
+    use_device();
+    check_ids(op, "token id", tokens, N, V, false, 0);
+    dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::embedding_forward(out.as<T>(), tokens.as<int32_t>(), wte.as<T>(), N, C, stream_);
+    });
+  }
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) override {
+    const char* op = "embedding_backward";
+    check_dim(op, "N", N), check_dim(op, "C", C), check_dim(op, "V", V);
+    DType dt = act_dtype(op, "dout", dout);
+    check_buf(op, "dwte", dwte, DType::F32, size_t(V) * C);
+    check_buf(op, "dout", dout, dt, size_t(N) * C);
+    check_buf(op, "tokens", tokens, DType::I32, N);
+    use_device();
+    check_ids(op, "token id", tokens, N, V, false, 0);
+    dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::embedding_backward(dwte.as<float>(), dout.as<T>(), tokens.as<int32_t>(), N, C, stream_);
+    });
+  }
+
+  // ---- RMSNorm ----------------------------------------------------------------------------
+
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C, float eps) override {
+    const char* op = "rmsnorm_forward";
+    check_dim(op, "N", N), check_dim(op, "C", C);
+    DType dt = act_dtype(op, "inp", inp);
+    check_buf(op, "out", out, dt, size_t(N) * C);
+    check_buf(op, "rstd", rstd, DType::F32, N);
+    check_buf(op, "inp", inp, dt, size_t(N) * C);
+    check_buf(op, "weight", weight, dt, C);
+    use_device();
+    dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::rmsnorm_forward(out.as<T>(), rstd.as<float>(), inp.as<T>(), weight.as<T>(), N, C, eps, stream_);
+    });
+  }
+  void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd, int N,
+                        int C) override {
+    const char* op = "rmsnorm_backward";
+    check_dim(op, "N", N), check_dim(op, "C", C);
+    DType dt = act_dtype(op, "inp", inp);
+    check_buf(op, "dinp", dinp, dt, size_t(N) * C);
+    check_buf(op, "dweight", dweight, DType::F32, C);
+    check_buf(op, "dout", dout, dt, size_t(N) * C);
+    check_buf(op, "inp", inp, dt, size_t(N) * C);
+    check_buf(op, "weight", weight, dt, C);
+    check_buf(op, "rstd", rstd, DType::F32, N);
+    use_device();
+    dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::rmsnorm_backward(dinp.as<T>(), dweight.as<float>(), dout.as<T>(), inp.as<T>(), weight.as<T>(),
+                             rstd.as<float>(), N, C, stream_);
+    });
+  }
+
+  // ---- linear -------------------------------------------------------------------------------
+
+  void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) override {
+    const char* op = "matmul_forward";
+    check_dim(op, "N", N), check_dim(op, "IC", IC), check_dim(op, "OC", OC);
+    DType dt = act_dtype(op, "inp", inp);
+    check_buf(op, "out", out, dt, size_t(N) * OC);
+    check_buf(op, "inp", inp, dt, size_t(N) * IC);
+    check_buf(op, "weight", weight, dt, size_t(OC) * IC);
+    if (!bias.empty()) check_buf(op, "bias", bias, dt, OC);
+    use_device();
+    matmul_->forward(out, inp, weight, bias, N, IC, OC);
+  }
+  void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight, int N,
+                       int IC, int OC) override {
+    const char* op = "matmul_backward";
+    check_dim(op, "N", N), check_dim(op, "IC", IC), check_dim(op, "OC", OC);
+    DType dt = act_dtype(op, "inp", inp);
+    if (!dinp.empty()) check_buf(op, "dinp", dinp, dt, size_t(N) * IC);
+    // An empty dweight (a frozen weight) is skipped too, as on the CPU.
+    if (!dweight.empty()) check_buf(op, "dweight", dweight, DType::F32, size_t(OC) * IC);
+    if (!dbias.empty()) check_buf(op, "dbias", dbias, DType::F32, OC);
+    check_buf(op, "dout", dout, dt, size_t(N) * OC);
+    check_buf(op, "inp", inp, dt, size_t(N) * IC);
+    check_buf(op, "weight", weight, dt, size_t(OC) * IC);
+    use_device();
+    if (!dinp.empty()) matmul_->backward_input(dinp, dout, weight, N, IC, OC);
+    if (!dweight.empty()) matmul_->backward_weight(dweight, dout, inp, N, IC, OC);
+    if (!dbias.empty()) dispatch(dt, [&](auto tag) {
+        using T = decltype(tag);
+        cuda::column_sums_add(dbias.as<float>(), dout.as<T>(), N, OC, stream_);
+      });
+  }
+
+  // ---- RoPE and attention -----------------------------------------------------------------
+
+  void rope_forward(Tensor qkv, int B, int T, int H, int KV, int hd, float theta) override {
+    rope("rope_forward", qkv, B, T, H, KV, hd, theta, +1);
+  }
+  void rope_backward(Tensor dqkv, int B, int T, int H, int KV, int hd, float theta) override {
+    rope("rope_backward", dqkv, B, T, H, KV, hd, theta, -1);
+  }
+
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) override {
+    const char* op = "attention_forward";
+    check_attention(op, B, T, H, KV, hd);
+    DType dt = act_dtype(op, "qkv", qkv);
+    const size_t rows = size_t(B) * T;
+    check_buf(op, "out", out, dt, rows * H * hd);
+    check_buf(op, "lse", lse, DType::F32, rows * H);
+    check_buf(op, "qkv", qkv, dt, rows * (H + 2 * KV) * hd);
+    use_device();
+    dispatch(dt, [&](auto tag) {
+      using T_ = decltype(tag);
+      cuda::attention_forward(out.as<T_>(), lse.as<float>(), qkv.as<T_>(), B, T, H, KV, hd, stream_);
+    });
+  }
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV,
+                          int hd) override {
+    const char* op = "attention_backward";
+    check_attention(op, B, T, H, KV, hd);
+    DType dt = act_dtype(op, "qkv", qkv);
+    const size_t rows = size_t(B) * T;
+    check_buf(op, "dqkv", dqkv, dt, rows * (H + 2 * KV) * hd);
+    check_buf(op, "dout", dout, dt, rows * H * hd);
+    check_buf(op, "out", out, dt, rows * H * hd);
+    check_buf(op, "lse", lse, DType::F32, rows * H);
+    check_buf(op, "qkv", qkv, dt, rows * (H + 2 * KV) * hd);
+    use_device();
+    dispatch(dt, [&](auto tag) {
+      using T_ = decltype(tag);
+      cuda::attention_backward(dqkv.as<T_>(), dout.as<T_>(), out.as<T_>(), lse.as<float>(), qkv.as<T_>(), B, T, H,
+                               KV, hd, stream_);
+    });
+  }
+
+  // ---- SwiGLU -------------------------------------------------------------------------------
+
+  void swiglu_forward(Tensor out, Tensor gu, int N, int F) override {
+    const char* op = "swiglu_forward";
+    check_dim(op, "N", N), check_dim(op, "F", F);
+    DType dt = act_dtype(op, "gu", gu);
+    check_buf(op, "out", out, dt, size_t(N) * F);
+    check_buf(op, "gu", gu, dt, size_t(N) * 2 * F);
+    use_device();
+    dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::swiglu_forward(out.as<T>(), gu.as<T>(), N, F, stream_);
+    });
+  }
+  void swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) override {
+    const char* op = "swiglu_backward";
+    check_dim(op, "N", N), check_dim(op, "F", F);
+    DType dt = act_dtype(op, "gu", gu);
+    check_buf(op, "dgu", dgu, dt, size_t(N) * 2 * F);
+    check_buf(op, "dout", dout, dt, size_t(N) * F);
+    check_buf(op, "gu", gu, dt, size_t(N) * 2 * F);
+    use_device();
+    dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::swiglu_backward(dgu.as<T>(), dout.as<T>(), gu.as<T>(), N, F, stream_);
+    });
+  }
+
+  // ---- cross-entropy ------------------------------------------------------------------------
+
+  void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
+                     float dloss_scale, bool grad) override {
+    const char* op = "cross_entropy";
+    check_dim(op, "N", N), check_dim(op, "V", V);
+    DType dt = act_dtype(op, "logits", logits);
+    check_buf(op, "losses", losses, DType::F32, N);
+    check_buf(op, "logits", logits, dt, size_t(N) * V);
+    check_buf(op, "targets", targets, DType::I32, N);
+    use_device();
+    check_ids(op, "target", targets, N, V, true, ignore_index);
+    dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::cross_entropy(losses.as<float>(), logits.as<T>(), targets.as<int32_t>(), N, V, ignore_index,
+                          dloss_scale, grad, stream_);
+    });
+  }
+
+  // ---- AdamW --------------------------------------------------------------------------------
+
+  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) override {
+    const char* op = "adamw";
+    if (n == 0) return;
+    check_buf(op, "param", param, DType::F32, n);
+    check_buf(op, "grad", grad, DType::F32, n);
+    check_buf(op, "m", m, DType::F32, n);
+    check_buf(op, "v", v, DType::F32, n);
+    ST_CHECK(p.step >= 1, op, ": step is 1-based, got ", p.step);
+    use_device();
+    cuda::adamw(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), n, p, stream_);
+  }
+
+ private:
+  // CUDA's current device is per host thread; make it ours before enqueuing.
+  void use_device() const {
+    int cur = -1;
+    ST_CUDA(cudaGetDevice(&cur));
+    if (cur != device_) ST_CUDA(cudaSetDevice(device_));
+  }
+
+  static void check_heads(const char* op, int B, int T, int H, int KV, int hd) {
+    check_dim(op, "B", B), check_dim(op, "T", T), check_dim(op, "H", H), check_dim(op, "KV", KV),
+        check_dim(op, "hd", hd);
+    ST_CHECK(H % KV == 0, op, ": H=", H, " is not a multiple of KV=", KV);
+  }
+  static void check_attention(const char* op, int B, int T, int H, int KV, int hd) {
+    check_heads(op, B, T, H, KV, hd);
+    ST_CHECK(hd <= cuda::kMaxHeadDim, op, ": head_dim ", hd, " is above the CUDA kernels' limit of ",
+             cuda::kMaxHeadDim);
+  }
+
+  // Ids outside [0, V) (other than `ignore`) are an error, reported with the first
+  // offending row as the CPU backend does. Costs one synchronisation per call.
+  void check_ids(const char* op, const char* what, Tensor ids, int N, int V, bool has_ignore, int ignore) {
+    int* first_bad = static_cast<int*>(small_dev_);
+    ST_CUDA(cudaMemsetAsync(first_bad, 0x7f, sizeof(int), stream_));  // 0x7f7f7f7f: above any row
+    cuda::find_bad_id(first_bad, ids.as<int32_t>(), N, V, has_ignore, ignore, stream_);
+    int* host = static_cast<int*>(small_host_);
+    ST_CUDA(cudaMemcpyAsync(host, first_bad, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    ST_CUDA(cudaStreamSynchronize(stream_));
+    const int row = host[0];
+    if (row >= N) return;
+    ST_CUDA(cudaMemcpyAsync(host + 1, ids.as<int32_t>() + row, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    ST_CUDA(cudaStreamSynchronize(stream_));
+    fail(op, ": ", what, " ", host[1], " at row ", row, " is outside [0, V=", V, ")");
+  }
+
+  void rope(const char* op, Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) {
+    check_heads(op, B, T, H, KV, hd);
+    ST_CHECK(hd % 2 == 0, op, ": head_dim ", hd, " must be even");
+    ST_CHECK(theta > 0, op, ": theta must be positive, got ", theta);
+    DType dt = act_dtype(op, "qkv", qkv);
+    check_buf(op, "qkv", qkv, dt, size_t(B) * T * (H + 2 * KV) * hd);
+    use_device();
+    dispatch(dt, [&](auto tag) {
+      using T_ = decltype(tag);
+      cuda::rope(qkv.as<T_>(), B, T, H, KV, hd, theta, sign, stream_);
+    });
+  }
+
+  int device_;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::Matmul> matmul_;
+  void* small_dev_ = nullptr;   // 64 bytes: sum_squares result, first bad id row
+  void* small_host_ = nullptr;  // 64 bytes pinned: their read-back
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+  return std::make_unique<CudaBackend>(device_index);
+}
+
+}  // namespace st

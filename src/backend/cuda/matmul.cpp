@@ -1,0 +1,172 @@
+// cuBLASLt GEMMs for the linear layer.
+//
+// Mapping the row-major Hugging Face layout onto column-major cuBLAS: a row-major
+// (R, C) matrix is a column-major (C, R) matrix with leading dimension C. So
+//   out (N, OC) = inp (N, IC) · W (OC, IC)ᵀ   becomes   outᶜ (OC, N) = Wᶜᵀ · inpᶜ,
+//       Wᶜ stored (IC, OC): transa;  inpᶜ stored (IC, N): no trans;  m=OC n=N k=IC
+//   dinp (N, IC) = dout (N, OC) · W (OC, IC)  becomes  dinpᶜ (IC, N) = Wᶜ · doutᶜ,
+//       m=IC n=N k=OC, no transposes
+//   dW (OC, IC) += doutᵀ · inp               becomes  dWᶜ (IC, OC) += inpᶜ · doutᶜᵀ,
+//       m=IC n=OC k=N, transb; C = D = dW in F32 with beta = 1
+// Compute type is always CUBLAS_COMPUTE_32F (fp32 accumulation; no TF32 for F32).
+// The bias (length m = OC) rides on the BIAS epilogue when its pointer is 16-byte
+// aligned and an algorithm supports it; otherwise a separate kernel adds it.
+// Operands are slices of flat unit buffers, so the heuristic is told each pointer's
+// real alignment; should it find no algorithm, gemm() retries on aligned copies.
+// The bias gradient is a deterministic column reduction (reduce.cu), not BGRADB.
+#include "backend/cuda/matmul.h"
+
+#include <cstdint>
+#include <sstream>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace st::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // what cuBLASLt suggests for Hopper
+
+void check_lt(cublasStatus_t s, const char* call) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    fail("cuBLASLt error: ", call, " failed: ", cublasLtGetStatusName(s), " (", cublasLtGetStatusString(s), ")");
+}
+#define ST_LT(call) check_lt((call), #call)
+
+// Largest power of two (<= 256) dividing the address: what the algorithm may assume.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al) al /= 2;
+  return al;
+}
+
+cudaDataType_t cuda_type(DType dt) {
+  switch (dt) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    default: fail("matmul: ", dtype_name(dt), " is not a GEMM type (bf16 or f32)");
+  }
+}
+
+// RAII holders so that an exception between create and destroy leaks nothing.
+struct Desc {
+  cublasLtMatmulDesc_t d = nullptr;
+  ~Desc() { if (d) cublasLtMatmulDescDestroy(d); }
+};
+struct Layout {
+  cublasLtMatrixLayout_t l = nullptr;
+  ~Layout() { if (l) cublasLtMatrixLayoutDestroy(l); }
+};
+struct Pref {
+  cublasLtMatmulPreference_t p = nullptr;
+  ~Pref() { if (p) cublasLtMatmulPreferenceDestroy(p); }
+};
+
+}  // namespace
+
+Matmul::Matmul(cudaStream_t stream) : stream_(stream) {
+  ST_LT(cublasLtCreate(&handle_));
+  ST_CUDA(cudaMalloc(&workspace_, kWorkspaceBytes));
+  workspace_bytes_ = kWorkspaceBytes;
+}
+
+Matmul::~Matmul() {
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+bool Matmul::run(const Gemm& g) {
+  Desc desc;
+  ST_LT(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = g.transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  ST_LT(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  ST_LT(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (g.bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    ST_LT(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    ST_LT(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+  }
+  Layout a, b, d;
+  ST_LT(cublasLtMatrixLayoutCreate(&a.l, g.ab_type, g.transa ? g.k : g.m, g.transa ? g.m : g.k, g.lda));
+  ST_LT(cublasLtMatrixLayoutCreate(&b.l, g.ab_type, g.transb ? g.n : g.k, g.transb ? g.k : g.n, g.ldb));
+  ST_LT(cublasLtMatrixLayoutCreate(&d.l, g.d_type, g.m, g.n, g.m));
+
+  const uint32_t al_a = alignment_of(g.A), al_b = alignment_of(g.B), al_d = alignment_of(g.D);
+  std::ostringstream key;
+  key << g.transa << g.transb << ' ' << g.m << ' ' << g.n << ' ' << g.k << ' ' << g.lda << ' ' << g.ldb << ' '
+      << int(g.ab_type) << ' ' << int(g.d_type) << ' ' << (g.bias != nullptr) << ' ' << al_a << ' ' << al_b << ' '
+      << al_d << ' ' << (g.beta != 0.0f);
+  auto it = algos_.find(key.str());
+  if (it == algos_.end()) {
+    Pref pref;
+    ST_LT(cublasLtMatmulPreferenceCreate(&pref.p));
+    ST_LT(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                               sizeof workspace_bytes_));
+    // Slices of a unit's flat buffer start at any element: tell the heuristic.
+    ST_LT(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    ST_LT(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    ST_LT(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+    ST_LT(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle_, desc.d, a.l, b.l, d.l, d.l, pref.p, 1, &result,
+                                                            &found);
+    if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
+    Cached c{s == CUBLAS_STATUS_SUCCESS && found > 0, result.algo};
+    it = algos_.emplace(key.str(), c).first;
+  }
+  if (!it->second.found) return false;
+  const float alpha = 1.0f;
+  ST_LT(cublasLtMatmul(handle_, desc.d, &alpha, g.A, a.l, g.B, b.l, &g.beta, g.D, d.l, g.D, d.l, &it->second.algo,
+                       workspace_, workspace_bytes_, stream_));
+  return true;
+}
+
+void Matmul::gemm(Gemm g) {
+  if (run(g)) return;
+  const size_t ab = g.ab_type == CUDA_R_16BF ? 2 : 4, db = g.d_type == CUDA_R_16BF ? 2 : 4;
+  // Bytes a column-major (rows, cols) matrix with leading dimension ld spans.
+  auto span = [](int rows, int cols, int ld, size_t elem) { return (size_t(ld) * (cols - 1) + rows) * elem; };
+  const size_t a_bytes = span(g.transa ? g.k : g.m, g.transa ? g.m : g.k, g.lda, ab);
+  const size_t b_bytes = span(g.transb ? g.n : g.k, g.transb ? g.k : g.n, g.ldb, ab);
+  const size_t d_bytes = size_t(g.m) * g.n * db;
+  Scratch a(a_bytes, stream_), b(b_bytes, stream_), d(d_bytes, stream_);
+  ST_CUDA(cudaMemcpyAsync(a.as<void>(), g.A, a_bytes, cudaMemcpyDeviceToDevice, stream_));
+  ST_CUDA(cudaMemcpyAsync(b.as<void>(), g.B, b_bytes, cudaMemcpyDeviceToDevice, stream_));
+  if (g.beta != 0.0f) ST_CUDA(cudaMemcpyAsync(d.as<void>(), g.D, d_bytes, cudaMemcpyDeviceToDevice, stream_));
+  void* out = g.D;
+  g.A = a.as<void>(), g.B = b.as<void>(), g.D = d.as<void>();
+  if (!run(g))
+    fail("matmul: cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " (transa ", g.transa,
+         ", transb ", g.transb, ", lda ", g.lda, ", ldb ", g.ldb, ")");
+  ST_CUDA(cudaMemcpyAsync(out, g.D, d_bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void Matmul::forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) {
+  const cudaDataType_t t = cuda_type(inp.dtype);
+  Gemm g{true, false, OC, N, IC, weight.data, IC, inp.data, IC, t, out.data, t, 0.0f};
+  if (!bias.empty() && alignment_of(bias.data) >= 16) {
+    g.bias = bias.data;
+    if (run(g)) return;
+    g.bias = nullptr;  // no algorithm with the bias epilogue: plain GEMM, bias added below
+  }
+  gemm(g);
+  if (bias.empty()) return;
+  if (inp.dtype == DType::BF16)
+    add_bias(out.as<bf16>(), bias.as<bf16>(), N, OC, stream_);
+  else
+    add_bias(out.as<float>(), bias.as<float>(), N, OC, stream_);
+}
+
+void Matmul::backward_input(Tensor dinp, Tensor dout, Tensor weight, int N, int IC, int OC) {
+  const cudaDataType_t t = cuda_type(dout.dtype);
+  gemm(Gemm{false, false, IC, N, OC, weight.data, IC, dout.data, OC, t, dinp.data, t, 0.0f});
+}
+
+void Matmul::backward_weight(Tensor dweight, Tensor dout, Tensor inp, int N, int IC, int OC) {
+  const cudaDataType_t t = cuda_type(dout.dtype);
+  gemm(Gemm{false, true, IC, OC, N, inp.data, IC, dout.data, OC, t, dweight.data, CUDA_R_32F, 1.0f});
+}
+
+}  // namespace st::cuda
