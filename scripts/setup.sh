@@ -14,6 +14,7 @@ packages=(
   libtomlplusplus-dev    # TOML run configs
   libcli11-dev           # command line
   libgtest-dev           # tests
+  libgloo-dev            # CPU collectives over TCP (multi-rank runs without GPUs)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -52,6 +52,14 @@ class Backend {
   virtual void download(void* host, Tensor src) = 0;
   virtual void synchronize() {}
 
+  // ---- memory accounting (for the memory table and the peak report) --------------
+  // Fixed buffers the backend holds (GEMM workspace, ...).
+  virtual size_t workspace_bytes() const { return 0; }
+  // Most memory the backend's allocations held at once since the last reset;
+  // 0 where the backend does not track it.
+  virtual size_t peak_allocated_bytes() const { return 0; }
+  virtual void reset_peak_allocated() {}
+
   // ---- element-wise -------------------------------------------------------------
   // out = a + b  (n)
   virtual void add(Tensor out, Tensor a, Tensor b, size_t n) = 0;

@@ -16,6 +16,14 @@ bool cuda_available() {
 #endif
 }
 
+#ifndef SHARDTRAIN_HAVE_CUDA
+// Without nvcc at configure time there is no CUDA backend; callers check
+// cuda_available() first, so this only names the reason if one does not.
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  fail("this build has no CUDA backend (nvcc was not found at configure time)");
+}
+#endif
+
 std::unique_ptr<Backend> make_backend(const std::string& device) {
   if (device == "cpu") return make_cpu_backend();
   if (device == "cuda") {

@@ -32,8 +32,10 @@ Command add_train_command(CLI::App& root) {
   add_config_options(*app, state->overrides);
   return {app, [state] {
             RunConfig cfg = load_run_config(state->config, state->overrides);
+            const DistEnv env = detect_dist_env(environ_map());
+            set_log_rank(env.rank, env.world);
             auto backend = make_backend(cfg.device);
-            ProcessGroups groups = make_single_process_groups(*backend);  // TODO(dist): init_process_groups
+            ProcessGroups groups = init_process_groups(env, *backend, cfg.shard_group_size, cfg.timeout_s);
             Trainer trainer(cfg, *backend, groups);
             trainer.run();
             return 0;

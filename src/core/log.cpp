@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 namespace st {
 namespace {
@@ -9,7 +10,10 @@ std::string g_prefix;
 }
 
 void set_log_rank(int rank, int world) {
-  g_prefix = world > 1 ? "[rank " + std::to_string(rank) + "] " : std::string();
+  // Under `shardtrain launch` every line already carries the launcher's prefix.
+  const char* prefixed = std::getenv("SHARDTRAIN_RANK_PREFIXED");
+  const bool by_launcher = prefixed && std::string(prefixed) == "1";
+  g_prefix = world > 1 && !by_launcher ? "[rank " + std::to_string(rank) + "] " : std::string();
 }
 
 void log_info(const std::string& msg) {

@@ -22,4 +22,8 @@ struct DistEnv {
 DistEnv detect_dist_env(const std::map<std::string, std::string>& env);
 std::map<std::string, std::string> environ_map();
 
+// The first host of a Slurm hostlist ("node[01-04,07],gpu5" -> "node01"): where
+// rank 0 runs under srun's default block distribution. st::Error when malformed.
+std::string slurm_first_host(const std::string& hostlist);
+
 }  // namespace st

@@ -514,6 +514,8 @@ std::map<std::string, std::string> rank_environment(const LaunchOptions& opt, in
   env["GROUP_WORLD_SIZE"] = std::to_string(opt.nnodes);
   env["MASTER_ADDR"] = opt.master_addr;
   env["MASTER_PORT"] = std::to_string(opt.master_port);
+  // The launcher prefixes every line with the rank already; the rank need not.
+  env["SHARDTRAIN_RANK_PREFIXED"] = "1";
   return env;
 }
 

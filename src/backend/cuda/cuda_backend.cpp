@@ -110,6 +110,21 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::CUDA; }
   std::string name() const override { return name_; }
 
+  size_t workspace_bytes() const override { return matmul_->workspace_bytes(); }
+  size_t peak_allocated_bytes() const override {
+    cudaMemPool_t pool;
+    uint64_t high = 0;
+    if (cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess)
+      (void)cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high);
+    return static_cast<size_t>(high) + workspace_bytes();
+  }
+  void reset_peak_allocated() override {
+    cudaMemPool_t pool;
+    uint64_t zero = 0;
+    if (cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess)
+      (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero);
+  }
+
   // ---- memory -----------------------------------------------------------------------
 
   Tensor alloc(DType dtype, size_t numel) override {

@@ -26,6 +26,8 @@ class Matmul {
   // dweight (OC, IC) F32 += dout (N, OC)ᵀ · inp (N, IC).
   void backward_weight(Tensor dweight, Tensor dout, Tensor inp, int N, int IC, int OC);
 
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
  private:
   // One column-major GEMM: D (m, n) = op(A) op(B) + beta D, where A is stored
   // (transa ? k x m : m x k) with leading dimension lda, likewise B; D has ldd = m.

@@ -1,0 +1,284 @@
+// Comm over Gloo. What each operation uses:
+//   all_gather      gloo::allgather (ring, AllgatherOptions), byte-wise, any dtype
+//   reduce_scatter  a ring over Gloo's unbound buffers, written here: W-1 steps, each
+//                   rank sending one partial chunk to its right neighbour and adding
+//                   its own contribution to the chunk from its left, so every rank
+//                   sends (W-1)·count elements, as NCCL does. (gloo's
+//                   ReduceScatterHalvingDoubling is an old-style algorithm without a
+//                   per-call timeout and with int-sized counts.)
+//   all_reduce      gloo::allreduce (ring) with gloo::sum<T>
+//   broadcast       gloo::broadcast, byte-wise, any dtype
+//   barrier         gloo::barrier
+//   all_reduce_sum  gloo::allreduce of one double
+// Every call passes the communicator's timeout and a fresh tag; all ranks issue the
+// same operations in the same order, so their tags match.
+#include "dist/comm_gloo.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+
+#include "core/error.h"
+
+namespace st {
+namespace {
+
+// Slot prefix of the reduce-scatter ring; gloo's own collectives use 0x01..0x08.
+constexpr uint8_t kReduceScatterSlotPrefix = 0x31;
+
+// Gloo writes to sockets with writev(), which raises SIGPIPE when a peer has gone;
+// the default action would kill this rank silently instead of letting the collective
+// fail with an error that names the peer. Leave an application's own handler alone.
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
+
+class GlooComm final : public Comm {
+ public:
+  GlooComm(std::shared_ptr<gloo::rendezvous::Store> store, std::string prefix, int rank, int world,
+           double timeout_s, std::shared_ptr<gloo::transport::Device> device, int global_rank)
+      : store_(std::move(store)),
+        prefix_(std::move(prefix)),
+        global_rank_(global_rank < 0 ? rank : global_rank),
+        rank_(rank),
+        world_(world),
+        timeout_s_(timeout_s),
+        timeout_(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))) {
+    ST_CHECK(world >= 1 && rank >= 0 && rank < world, "Gloo group '", prefix_, "': rank ", rank,
+             " outside a group of ", world);
+    ST_CHECK(timeout_s > 0, "Gloo group '", prefix_, "': timeout must be positive, got ", timeout_s);
+    ctx_ = std::make_shared<gloo::rendezvous::Context>(rank, world);
+    ctx_->setTimeout(timeout_);
+    gloo::rendezvous::PrefixStore prefixed(prefix_, *store_);
+    try {
+      ctx_->connectFullMesh(prefixed, device);
+    } catch (const std::exception& e) {
+      fail(who(), ": connecting group '", prefix_, "' (", world, " ranks) failed: ", e.what());
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+
+  void all_gather(Tensor recv, Tensor send, size_t count) override {
+    same_dtype("all_gather", recv, send);
+    fits("all_gather", send, count, "send");
+    fits("all_gather", recv, count * world_, "recv");
+    if (count == 0) return;
+    const size_t bytes = count * dtype_size(send.dtype);
+    run("all_gather", [&] {
+      gloo::AllgatherOptions opts(ctx_);
+      char* out = recv.as<char>();
+      opts.setOutput(out, bytes * world_);
+      // In place when this rank's part already sits in its slot of recv.
+      if (send.as<char>() != out + rank_ * bytes) opts.setInput(send.as<char>(), bytes);
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout_);
+      gloo::allgather(opts);
+    });
+  }
+
+  void reduce_scatter(Tensor recv, Tensor send, size_t count) override {
+    same_dtype("reduce_scatter", recv, send);
+    fits("reduce_scatter", send, count * world_, "send");
+    fits("reduce_scatter", recv, count, "recv");
+    if (count == 0) return;
+    run("reduce_scatter", [&] {
+      switch (reduction_dtype("reduce_scatter", send.dtype)) {
+        case DType::F32: ring_reduce_scatter(recv.as<float>(), send.as<float>(), count); break;
+        case DType::F64: ring_reduce_scatter(recv.as<double>(), send.as<double>(), count); break;
+        case DType::I32: ring_reduce_scatter(recv.as<int32_t>(), send.as<int32_t>(), count); break;
+        default: ring_reduce_scatter(recv.as<int64_t>(), send.as<int64_t>(), count); break;
+      }
+    });
+  }
+
+  void all_reduce(Tensor buf, size_t count) override {
+    fits("all_reduce", buf, count, "buf");
+    if (count == 0) return;
+    run("all_reduce", [&] {
+      switch (reduction_dtype("all_reduce", buf.dtype)) {
+        case DType::F32: sum_in_place(buf.as<float>(), count); break;
+        case DType::F64: sum_in_place(buf.as<double>(), count); break;
+        case DType::I32: sum_in_place(buf.as<int32_t>(), count); break;
+        default: sum_in_place(buf.as<int64_t>(), count); break;
+      }
+    });
+  }
+
+  void broadcast(Tensor buf, size_t count, int root) override {
+    ST_CHECK(root >= 0 && root < world_, who(), ": broadcast root ", root, " outside group '", prefix_, "' of ",
+             world_);
+    fits("broadcast", buf, count, "buf");
+    if (count == 0) return;
+    run("broadcast", [&] {
+      gloo::BroadcastOptions opts(ctx_);
+      opts.setOutput(buf.as<char>(), count * dtype_size(buf.dtype));
+      opts.setRoot(root);
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout_);
+      gloo::broadcast(opts);
+    });
+  }
+
+  void barrier() override {
+    run("barrier", [&] {
+      gloo::BarrierOptions opts(ctx_);
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout_);
+      gloo::barrier(opts);
+    });
+  }
+
+  double all_reduce_sum(double value) override {
+    run("all_reduce_sum", [&] { sum_in_place(&value, 1); });
+    return value;
+  }
+
+ private:
+  std::string who() const {
+    std::ostringstream os;
+    os << "rank " << global_rank_;
+    if (prefix_ != "world") os << " (" << rank_ << " of " << world_ << " in group '" << prefix_ << "')";
+    return os.str();
+  }
+
+  uint32_t next_tag() { return tag_++; }
+
+  // Runs one collective; any failure inside Gloo becomes an st::Error with context.
+  template <class F>
+  void run(const char* op, F&& body) {
+    try {
+      body();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(who(), ": ", op, " failed: ", e.what(), " (a peer may have exited or stalled; timeout ", timeout_s_,
+           " s)");
+    }
+  }
+
+  void same_dtype(const char* op, Tensor a, Tensor b) const {
+    ST_CHECK(a.dtype == b.dtype, who(), ": ", op, " with mismatched dtypes ", dtype_name(a.dtype), " and ",
+             dtype_name(b.dtype));
+  }
+  void fits(const char* op, Tensor t, size_t n, const char* name) const {
+    ST_CHECK(t.numel >= n && (n == 0 || t.data), who(), ": ", op, " needs ", n, " elements in ", name, ", it has ",
+             t.numel);
+  }
+  DType reduction_dtype(const char* op, DType t) const {
+    ST_CHECK(t == DType::F32 || t == DType::F64 || t == DType::I32 || t == DType::I64, who(), ": ", op, " of ",
+             dtype_name(t), " is not supported by the Gloo comm (f32, f64, i32, i64 are)");
+    return t;
+  }
+
+  template <class T>
+  void sum_in_place(T* buf, size_t count) {
+    gloo::AllreduceOptions opts(ctx_);
+    opts.setOutput(buf, count);
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));
+    opts.setTag(next_tag());
+    opts.setTimeout(timeout_);
+    gloo::allreduce(opts);
+  }
+
+  // Chunk c of the send buffer is the part that ends up summed on rank c. At step s
+  // (0..W-2) rank r sends its partial sum of chunk r-s-1 to rank r+1 and receives
+  // rank r-1's partial sum of chunk r-s-2, adding its own part of that chunk; after
+  // W-1 steps the chunk it holds is r, summed over all W ranks.
+  template <class T>
+  void ring_reduce_scatter(T* recv, const T* send, size_t count) {
+    const int W = world_, r = rank_;
+    if (W == 1) {
+      if (recv != send) std::memmove(recv, send, count * sizeof(T));
+      return;
+    }
+    const auto chunk = [W](int c) { return static_cast<size_t>(((c % W) + W) % W); };
+    const size_t bytes = count * sizeof(T);
+    std::vector<T> scratch[2] = {std::vector<T>(count), std::vector<T>(count)};
+    auto whole = ctx_->createUnboundBuffer(const_cast<T*>(send), bytes * W);
+    std::unique_ptr<gloo::transport::UnboundBuffer> parts[2] = {
+        ctx_->createUnboundBuffer(scratch[0].data(), bytes), ctx_->createUnboundBuffer(scratch[1].data(), bytes)};
+    const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, next_tag());
+    const int right = (r + 1) % W, left = (r + W - 1) % W;
+    gloo::transport::UnboundBuffer* out = whole.get();
+    size_t out_offset = chunk(r - 1) * bytes;
+    for (int s = 0; s < W - 1; ++s) {
+      gloo::transport::UnboundBuffer* in = parts[s % 2].get();
+      out->send(right, slot, out_offset, bytes);
+      in->recv(left, slot, 0, bytes);
+      in->waitRecv(timeout_);
+      out->waitSend(timeout_);
+      T* acc = scratch[s % 2].data();
+      const T* own = send + chunk(r - s - 2) * count;
+      T* dst = s == W - 2 ? recv : acc;  // the last step's chunk is r: sum straight into recv
+      for (size_t i = 0; i < count; ++i) dst[i] = acc[i] + own[i];
+      out = in;
+      out_offset = 0;
+    }
+  }
+
+  std::shared_ptr<gloo::rendezvous::Store> store_;  // declared first: outlives the context
+  std::string prefix_;
+  int global_rank_, rank_, world_;
+  double timeout_s_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  uint32_t tag_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<gloo::transport::Device> make_gloo_device(const std::string& hostname) {
+  ignore_sigpipe();
+  gloo::transport::tcp::attr attr;
+  std::string what;
+  const char* ifname = std::getenv("SHARDTRAIN_GLOO_IFNAME");
+  const char* ifvar = "SHARDTRAIN_GLOO_IFNAME";
+  if (!ifname || !*ifname) {
+    ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    ifvar = "GLOO_SOCKET_IFNAME";
+  }
+  if (ifname && *ifname) {
+    const std::string list = ifname;
+    attr.iface = list.substr(0, list.find(','));
+    what = "interface " + attr.iface + " (" + ifvar + "=" + list + ")";
+  } else {
+    attr.hostname = hostname.empty() ? "127.0.0.1" : hostname;
+    what = "address " + attr.hostname;
+  }
+  try {
+    return gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    fail("Gloo: cannot listen on ", what, ": ", e.what(),
+         " (set SHARDTRAIN_GLOO_IFNAME to the network interface the ranks reach each other on)");
+  }
+}
+
+std::unique_ptr<Comm> make_gloo_comm(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& prefix,
+                                     int rank, int world, double timeout_s,
+                                     std::shared_ptr<gloo::transport::Device> device, int global_rank) {
+  ST_CHECK(store != nullptr, "Gloo group '", prefix, "' needs a rendezvous store");
+  if (!device) device = make_gloo_device("");
+  ignore_sigpipe();
+  return std::make_unique<GlooComm>(std::move(store), prefix, rank, world, timeout_s, std::move(device),
+                                    global_rank);
+}
+
+}  // namespace st

@@ -1,0 +1,690 @@
+// The rendezvous store: a one-thread poll() server on rank 0 and a blocking client
+// on every rank. The protocol is length-prefixed frames of little-endian fields:
+//   request  = u32 length | u8 op | fields      reply = u32 length | u8 status | fields
+// Waiting (get, wait) happens on the server: a request that cannot be answered yet
+// is parked with a deadline and answered when its keys appear or the deadline
+// passes, so every request gets exactly one reply and a client's timeout never
+// leaves a stale reply on the connection. Keys this file writes itself live under
+// "st/" (joined ranks, barriers); Gloo's keys live under each group's prefix.
+#include "dist/tcp_store.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string_view>
+#include <thread>
+
+#include "core/error.h"
+
+namespace st {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum Op : uint8_t { kHello = 1, kSet, kGet, kAdd, kWait, kCheck };
+enum Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
+// Larger frames are not ours (a port scanner, an HTTP probe): drop the connection.
+constexpr uint32_t kMaxFrame = 256u << 20;
+// How long past its own timeout a client waits for the server's answer to a wait.
+constexpr double kReplySlackS = 10;
+
+struct ProtocolError {};
+
+struct Writer {
+  std::string s;
+  Writer& u8(uint8_t v) { s.push_back(static_cast<char>(v)); return *this; }
+  Writer& u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
+    return *this;
+  }
+  Writer& i64(int64_t v) {
+    for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>(static_cast<uint64_t>(v) >> (8 * i)));
+    return *this;
+  }
+  Writer& str(std::string_view v) { u32(static_cast<uint32_t>(v.size())); s.append(v); return *this; }
+  Writer& strs(const std::vector<std::string>& v) {
+    u32(static_cast<uint32_t>(v.size()));
+    for (const auto& x : v) str(x);
+    return *this;
+  }
+  std::string frame() const { return Writer().u32(static_cast<uint32_t>(s.size())).s + s; }
+};
+
+struct Reader {
+  std::string_view in;
+  void need(size_t n) const {
+    if (in.size() < n) throw ProtocolError{};
+  }
+  uint8_t u8() { need(1); uint8_t v = static_cast<uint8_t>(in[0]); in.remove_prefix(1); return v; }
+  uint32_t u32() {
+    need(4);
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(in[i])) << (8 * i);
+    in.remove_prefix(4);
+    return v;
+  }
+  int64_t i64() {
+    need(8);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(in[i])) << (8 * i);
+    in.remove_prefix(8);
+    return static_cast<int64_t>(v);
+  }
+  std::string str() {
+    const uint32_t n = u32();
+    need(n);
+    std::string v(in.substr(0, n));
+    in.remove_prefix(n);
+    return v;
+  }
+  std::vector<std::string> strs() {
+    const uint32_t n = u32();
+    if (n > in.size()) throw ProtocolError{};  // each string takes at least 4 bytes
+    std::vector<std::string> v;
+    for (uint32_t i = 0; i < n; ++i) v.push_back(str());
+    return v;
+  }
+};
+
+std::string errno_text(int e) {
+  std::string s = std::strerror(e);
+  if (!s.empty()) s[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(s[0])));
+  return s;
+}
+
+std::string seconds_text(double s) {
+  std::ostringstream os;
+  os << s << " s";
+  return os.str();
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+int ms_until(Clock::time_point deadline) {
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, 1 << 30));
+}
+
+// Sends all of `data`, waiting for room while the socket is full. False on a
+// closed connection or when the deadline passes.
+bool send_all(int fd, std::string_view data, Clock::time_point deadline) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, ms_until(deadline)) <= 0) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+enum class RecvResult { kOk, kTimeout, kClosed };
+
+RecvResult recv_exact(int fd, char* out, size_t n, Clock::time_point deadline) {
+  while (n > 0) {
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, ms_until(deadline));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) return RecvResult::kTimeout;
+    if (ready < 0) return RecvResult::kClosed;
+    const ssize_t got = ::recv(fd, out, n, 0);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0) return RecvResult::kClosed;
+    out += got;
+    n -= static_cast<size_t>(got);
+  }
+  return RecvResult::kOk;
+}
+
+std::string joined_key(int rank) { return "st/joined/" + std::to_string(rank); }
+
+}  // namespace
+
+// ---- server ------------------------------------------------------------------------
+
+class TcpStoreServer {
+ public:
+  TcpStoreServer(int port, int world) : world_(world) {
+    listen_fd_ = listen_on(port);
+    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      ::close(listen_fd_);
+      fail("rank 0: cannot create the rendezvous server's wake-up pipe: ", errno_text(errno));
+    }
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~TcpStoreServer() {
+    stop_ = true;
+    const char c = 0;
+    [[maybe_unused]] ssize_t n = ::write(wake_[1], &c, 1);
+    thread_.join();
+    for (auto& [fd, client] : clients_) ::close(fd);
+    ::close(listen_fd_);
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+
+  // Blocks until no client is connected or grace_s has passed.
+  void wait_for_clients_to_leave(double grace_s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::duration<double>(grace_s), [this] { return connected_ == 0; });
+  }
+
+ private:
+  struct Client {
+    std::string in;
+    int rank = -1;
+  };
+  struct Pending {  // a get or wait that cannot be answered yet
+    int fd;
+    bool is_get;
+    std::vector<std::string> keys;
+    Clock::time_point deadline;
+  };
+
+  // Dual-stack IPv6 when the host has it (IPv4 clients arrive as mapped addresses),
+  // plain IPv4 otherwise. SO_REUSEADDR lets a restarted job reuse the port while
+  // old connections sit in TIME_WAIT; a live listener still makes bind fail.
+  static int listen_on(int port) {
+    for (int family : {AF_INET6, AF_INET}) {
+      const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (fd < 0) continue;
+      const int one = 1, zero = 0;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      sockaddr_storage ss{};
+      socklen_t len;
+      if (family == AF_INET6) {
+        ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+        auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_any;
+        a->sin6_port = htons(static_cast<uint16_t>(port));
+        len = sizeof(sockaddr_in6);
+      } else {
+        auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_ANY);
+        a->sin_port = htons(static_cast<uint16_t>(port));
+        len = sizeof(sockaddr_in);
+      }
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0 && ::listen(fd, 1024) == 0) return fd;
+      const int e = errno;
+      ::close(fd);
+      if (e == EADDRINUSE)
+        fail("rank 0: cannot serve the rendezvous store on port ", port,
+             ": address already in use (another job, or a previous run of this one, holds it): "
+             "pick another MASTER_PORT");
+      if (family == AF_INET)
+        fail("rank 0: cannot serve the rendezvous store on port ", port, ": ", errno_text(e));
+    }
+    fail("rank 0: cannot create a socket for the rendezvous store: ", errno_text(errno));
+  }
+
+  void run() {
+    std::vector<pollfd> fds;
+    while (!stop_) {
+      fds.assign({{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}});
+      for (const auto& [fd, client] : clients_) fds.push_back({fd, POLLIN, 0});
+      int timeout_ms = -1;
+      for (const Pending& p : pending_) {
+        const int ms = ms_until(p.deadline);
+        timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+      }
+      if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
+      if (fds[0].revents) {
+        char buf[64];
+        while (::read(wake_[0], buf, sizeof buf) > 0) {
+        }
+      }
+      if (fds[1].revents & POLLIN) accept_all();
+      for (size_t i = 2; i < fds.size(); ++i)
+        if (fds[i].revents) on_readable(fds[i].fd);
+      expire();
+    }
+  }
+
+  void accept_all() {
+    while (true) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        // Out of descriptors: back off instead of spinning on a readable listener.
+        if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return;  // EAGAIN: no more; anything else: that client gave up already
+      }
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      clients_[fd] = Client{};
+      std::lock_guard<std::mutex> lock(mu_);
+      ++connected_;
+    }
+  }
+
+  void drop(int fd) {
+    ::close(fd);
+    clients_.erase(fd);
+    std::erase_if(pending_, [fd](const Pending& p) { return p.fd == fd; });
+    std::lock_guard<std::mutex> lock(mu_);
+    --connected_;
+    cv_.notify_all();
+  }
+
+  void on_readable(int fd) {
+    auto it = clients_.find(fd);
+    if (it == clients_.end()) return;
+    std::string& in = it->second.in;
+    char buf[1 << 16];
+    while (true) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n > 0) {
+        in.append(buf, static_cast<size_t>(n));
+        if (static_cast<size_t>(n) < sizeof buf) break;
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else {
+        drop(fd);  // closed by the client, or reset
+        return;
+      }
+    }
+    while (in.size() >= 4) {
+      const uint32_t len = Reader{in}.u32();
+      if (len > kMaxFrame) return drop(fd);
+      if (in.size() < 4 + static_cast<size_t>(len)) return;
+      const std::string body = in.substr(4, len);
+      in.erase(0, 4 + static_cast<size_t>(len));
+      bool ok;
+      try {
+        ok = handle(fd, Reader{body});
+      } catch (const ProtocolError&) {
+        ok = false;
+      }
+      if (!ok) return drop(fd);
+      // `in` may be gone if handling dropped this client; look it up again.
+      if (!clients_.count(fd)) return;
+    }
+  }
+
+  bool reply(int fd, const Writer& w) {
+    // A client that stops reading for this long is stuck or gone.
+    return send_all(fd, w.frame(), Clock::now() + std::chrono::seconds(10));
+  }
+
+  std::vector<std::string> missing(const std::vector<std::string>& keys) const {
+    std::vector<std::string> out;
+    for (const auto& k : keys)
+      if (!kv_.count(k)) out.push_back(k);
+    return out;
+  }
+
+  // Stores a value and answers the parked requests it completes.
+  void store(const std::string& key, std::string value) {
+    kv_[key] = std::move(value);
+    std::vector<Pending> ready;
+    std::erase_if(pending_, [&](Pending& p) {
+      if (!missing(p.keys).empty()) return false;
+      ready.push_back(std::move(p));
+      return true;
+    });
+    for (const Pending& p : ready) answer(p);
+  }
+
+  void answer(const Pending& p) {
+    Writer w;
+    w.u8(kOk);
+    if (p.is_get) w.str(kv_.at(p.keys[0]));
+    if (!reply(p.fd, w)) drop(p.fd);
+  }
+
+  void expire() {
+    const auto now = Clock::now();
+    std::vector<Pending> late;
+    std::erase_if(pending_, [&](Pending& p) {
+      if (p.deadline > now) return false;
+      late.push_back(std::move(p));
+      return true;
+    });
+    for (const Pending& p : late)
+      if (clients_.count(p.fd) && !reply(p.fd, Writer().u8(kTimeout).strs(missing(p.keys)))) drop(p.fd);
+  }
+
+  // Handles one request; false drops the client (malformed request, dead socket).
+  bool handle(int fd, Reader r) {
+    const uint8_t op = r.u8();
+    switch (op) {
+      case kHello: {
+        const int64_t rank = r.i64(), world = r.i64();
+        std::string err;
+        if (world != world_) {
+          err = "rank " + std::to_string(rank) + " was started for a world of " + std::to_string(world) +
+                " ranks but rank 0 for " + std::to_string(world_) + ": the ranks disagree on WORLD_SIZE";
+        } else if (rank < 0 || rank >= world_) {
+          err = "rank " + std::to_string(rank) + " is outside the world of " + std::to_string(world_);
+        } else {
+          for (const auto& [other, c] : clients_)
+            if (other != fd && c.rank == rank)
+              err = "two processes joined as rank " + std::to_string(rank) +
+                    ": each rank needs its own RANK (or launcher rank variable)";
+        }
+        if (!err.empty()) return reply(fd, Writer().u8(kError).str(err));
+        clients_.at(fd).rank = static_cast<int>(rank);
+        if (!reply(fd, Writer().u8(kOk))) return false;
+        store(joined_key(static_cast<int>(rank)), "1");
+        return true;
+      }
+      case kSet: {
+        std::string key = r.str(), value = r.str();
+        if (!reply(fd, Writer().u8(kOk))) return false;
+        store(key, std::move(value));
+        return true;
+      }
+      case kGet:
+      case kWait: {
+        Pending p;
+        p.fd = fd;
+        p.is_get = op == kGet;
+        p.keys = p.is_get ? std::vector<std::string>{r.str()} : r.strs();
+        p.deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(r.i64(), 0));
+        if (missing(p.keys).empty()) {
+          Writer w;
+          w.u8(kOk);
+          if (p.is_get) w.str(kv_.at(p.keys[0]));
+          return reply(fd, w);
+        }
+        pending_.push_back(std::move(p));
+        return true;
+      }
+      case kAdd: {
+        const std::string key = r.str();
+        const int64_t delta = r.i64();
+        int64_t value = 0;
+        if (auto it = kv_.find(key); it != kv_.end()) {
+          const std::string& s = it->second;
+          auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+          if (ec != std::errc() || end != s.data() + s.size())
+            return reply(fd, Writer().u8(kError).str("key '" + key + "' does not hold an integer"));
+        }
+        value += delta;
+        if (!reply(fd, Writer().u8(kOk).i64(value))) return false;
+        store(key, std::to_string(value));
+        return true;
+      }
+      case kCheck:
+        return reply(fd, Writer().u8(kOk).strs(missing(r.strs())));
+      default:
+        return false;
+    }
+  }
+
+  int world_;
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  // Server-thread state.
+  std::map<std::string, std::string> kv_;
+  std::map<int, Client> clients_;
+  std::vector<Pending> pending_;
+  // Shared with the destructor's grace wait.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int connected_ = 0;
+};
+
+// ---- client -------------------------------------------------------------------------
+
+struct TcpStore::Reply {
+  uint8_t status;
+  std::string body;
+  Reader reader() const { return Reader{body}; }
+};
+
+namespace {
+
+// One connection attempt to every address `addr` resolves to. Returns the socket,
+// or -1 with `why` saying what went wrong (for the final error message).
+int try_connect(const std::string& addr, int port, Clock::time_point deadline, std::string& why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  // Not resolving yet is retried too: a Kubernetes service name appears in DNS
+  // only once its pod is up.
+  if (const int rc = ::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
+    why = "cannot resolve '" + addr + "': " + ::gai_strerror(rc);
+    return -1;
+  }
+  int fd = -1;
+  for (addrinfo* ai = res; ai && fd < 0; ai = ai->ai_next) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0) {
+      why = errno_text(errno);
+      continue;
+    }
+    int err = 0;
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        const int ready = ::poll(&p, 1, ms_until(deadline));
+        socklen_t len = sizeof err;
+        if (ready <= 0)
+          err = ETIMEDOUT;
+        else
+          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+    }
+    if (err != 0) {
+      why = errno_text(err);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd >= 0) {
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  return fd;
+}
+
+std::string local_ip_of(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "127.0.0.1";
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
+  } else {
+    const in6_addr& a = reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a))
+      ::inet_ntop(AF_INET, &a.s6_addr[12], buf, sizeof buf);
+    else
+      ::inet_ntop(AF_INET6, &a, buf, sizeof buf);
+  }
+  return buf;
+}
+
+}  // namespace
+
+TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s)
+    : address_((addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + std::to_string(port)),
+      rank_(rank),
+      world_(world),
+      timeout_s_(timeout_s) {
+  ST_CHECK(port >= 1 && port <= 65535, "rendezvous port ", port, " is outside 1..65535");
+  ST_CHECK(world >= 1 && rank >= 0 && rank < world, "rendezvous: rank ", rank, " outside a world of ", world);
+  ST_CHECK(timeout_s > 0, "rendezvous timeout must be positive, got ", timeout_s);
+  if (rank == 0) server_ = std::make_unique<TcpStoreServer>(port, world);
+
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  std::string why = "no attempt";
+  auto backoff = std::chrono::milliseconds(10);
+  while ((fd_ = try_connect(addr, port, deadline, why)) < 0) {
+    if (Clock::now() >= deadline) {
+      if (rank == 0)
+        fail("rank 0: serving the rendezvous store on port ", port, " but cannot connect to it at ", address_,
+             " after ", seconds_text(timeout_s), " (", why, "): MASTER_ADDR must name the host of rank 0");
+      fail("rank ", rank, ": cannot reach the rendezvous server at ", address_, " after ", seconds_text(timeout_s),
+           " (", why, "): is rank 0 running and MASTER_ADDR/MASTER_PORT right?");
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - Clock::now()));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  local_ip_ = local_ip_of(fd_);
+  try {
+    Reply r = request(Writer().u8(kHello).i64(rank).i64(world).s, timeout_s_, "joining");
+    if (r.status != kOk) fail("rendezvous at ", address_, ": ", r.reader().str());
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+TcpStore::~TcpStore() {
+  if (fd_ >= 0) ::close(fd_);
+  // The other ranks may still be using the server (their last barrier reply, Gloo
+  // connections of a group rank 0 is done with): wait for them, but not forever.
+  if (server_) server_->wait_for_clients_to_leave(std::min(timeout_s_, 10.0));
+}
+
+TcpStore::Reply TcpStore::request(const std::string& body, double wait_s, const char* what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fd_ < 0)
+    fail("rank ", rank_, ": no connection to the rendezvous server at ", address_, " (an earlier request failed)");
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_s));
+  const auto lost = [&](const char* how) {
+    // The connection is out of step with the protocol now; nothing more can use it.
+    ::close(fd_);
+    fd_ = -1;
+    fail("rank ", rank_, ": ", how, " the rendezvous server at ", address_, " while ", what,
+         " (rank 0 may have exited)");
+  };
+  if (!send_all(fd_, Writer{body}.frame(), deadline)) lost("lost the connection to");
+  char header[4];
+  RecvResult rr = recv_exact(fd_, header, 4, deadline);
+  Reply reply{};
+  if (rr == RecvResult::kOk) {
+    const uint32_t len = Reader{std::string_view(header, 4)}.u32();
+    if (len == 0 || len > kMaxFrame) lost("got a malformed reply from");
+    std::string frame(len, '\0');
+    rr = recv_exact(fd_, frame.data(), len, deadline);
+    reply.status = static_cast<uint8_t>(frame[0]);
+    reply.body = frame.substr(1);
+  }
+  if (rr == RecvResult::kTimeout) lost("got no answer in time from");
+  if (rr == RecvResult::kClosed) lost("lost the connection to");
+  return reply;
+}
+
+void TcpStore::set(const std::string& key, const std::vector<char>& value) {
+  request(Writer().u8(kSet).str(key).str(std::string_view(value.data(), value.size())).s, timeout_s_,
+          "setting a key");
+}
+
+std::vector<char> TcpStore::get(const std::string& key) {
+  const Reply r = request(Writer().u8(kGet).str(key).i64(static_cast<int64_t>(timeout_s_ * 1000)).s,
+                          timeout_s_ + kReplySlackS, "waiting for a key");
+  if (r.status != kOk) fail_timeout(timeout_s_, "key '" + key + "'");
+  const std::string v = r.reader().str();
+  return std::vector<char>(v.begin(), v.end());
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys) { wait_for(keys, timeout_s_); }
+
+void TcpStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+  wait_for(keys, std::chrono::duration<double>(timeout).count());
+}
+
+void TcpStore::wait_for(const std::vector<std::string>& keys, double timeout_s) {
+  const Reply r = request(Writer().u8(kWait).strs(keys).i64(static_cast<int64_t>(timeout_s * 1000)).s,
+                          timeout_s + kReplySlackS, "waiting for keys");
+  if (r.status == kOk) return;
+  const std::vector<std::string> absent = r.reader().strs();
+  std::string list = absent.size() == 1 ? "key " : "keys ";
+  for (size_t i = 0; i < absent.size(); ++i) list += (i ? ", '" : "'") + absent[i] + "'";
+  fail_timeout(timeout_s, list);
+}
+
+int64_t TcpStore::add(const std::string& key, int64_t delta) {
+  const Reply r = request(Writer().u8(kAdd).str(key).i64(delta).s, timeout_s_, "adding to a counter");
+  Reader rd = r.reader();
+  if (r.status != kOk) fail("rendezvous at ", address_, ": ", rd.str());
+  return rd.i64();
+}
+
+std::vector<std::string> TcpStore::missing(const std::vector<std::string>& keys) {
+  return request(Writer().u8(kCheck).strs(keys).s, timeout_s_, "checking keys").reader().strs();
+}
+
+std::vector<int> TcpStore::unjoined_ranks() {
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_; ++r) keys.push_back(joined_key(r));
+  std::vector<int> out;
+  for (const auto& k : missing(keys)) out.push_back(std::stoi(k.substr(k.rfind('/') + 1)));
+  return out;
+}
+
+void TcpStore::fail_timeout(double timeout_s, const std::string& what) {
+  std::string joined;
+  try {
+    const std::vector<int> absent = unjoined_ranks();
+    joined = absent.empty() ? "; all " + std::to_string(world_) +
+                                  " ranks joined, so one of them stopped before this point (see its log)"
+                            : (absent.size() == 1 ? "; rank " : "; ranks ") + rank_list(absent) + " of " +
+                                  std::to_string(world_) + " never joined";
+  } catch (const Error&) {
+  }
+  fail("rendezvous at ", address_, ": rank ", rank_, " timed out after ", seconds_text(timeout_s),
+       " waiting for ", what, joined);
+}
+
+void TcpStore::barrier(const std::string& name, int world, double timeout_s) {
+  ST_CHECK(world >= 1 && rank_ < world, "barrier '", name, "': rank ", rank_, " outside a world of ", world);
+  // Each rank leaves an arrival key (so a timeout can name who is missing) and
+  // counts itself in; the last to arrive opens the barrier for everyone.
+  const std::string prefix = "st/barrier/" + name + "/";
+  set(prefix + std::to_string(rank_), {'1'});
+  if (add(prefix + "count", 1) == world) set(prefix + "open", {'1'});
+  const Reply r = request(Writer().u8(kWait).strs({prefix + "open"}).i64(static_cast<int64_t>(timeout_s * 1000)).s,
+                          timeout_s + kReplySlackS, "in a barrier");
+  if (r.status == kOk) return;
+  std::vector<std::string> arrivals;
+  for (int i = 0; i < world; ++i) arrivals.push_back(prefix + std::to_string(i));
+  std::vector<int> absent;
+  for (const auto& k : missing(arrivals)) absent.push_back(std::stoi(k.substr(prefix.size())));
+  std::vector<int> unjoined = unjoined_ranks();
+  const bool none_joined = std::all_of(absent.begin(), absent.end(), [&](int a) {
+    return std::find(unjoined.begin(), unjoined.end(), a) != unjoined.end();
+  });
+  fail("rendezvous at ", address_, ": timed out after ", seconds_text(timeout_s), " waiting for rank",
+       absent.size() == 1 ? " " : "s ", rank_list(absent), " of ", world, " (barrier '", name, "')",
+       none_joined ? "; they never connected: were they started, with the same MASTER_ADDR/MASTER_PORT?" : "");
+}
+
+}  // namespace st

@@ -1,0 +1,77 @@
+// Rendezvous: a small key-value store over TCP. Rank 0 serves it on
+// master_addr:master_port (a background thread); every rank, rank 0 included,
+// connects as a client. Gloo contexts exchange their addresses through it (it is a
+// gloo::rendezvous::Store), NCCL will pass its unique id through it, and barriers
+// built on it name the ranks that never arrived.
+//
+// Every blocking call is bounded by the store's timeout (or the one passed in), and
+// a timeout is an st::Error naming the server address and the ranks that are
+// missing, so a job with a dead or mis-launched rank fails with a message instead
+// of hanging.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <gloo/rendezvous/store.h>
+
+namespace st {
+
+class TcpStoreServer;  // tcp_store.cpp
+
+class TcpStore final : public gloo::rendezvous::Store {
+ public:
+  // As `rank` of `world`: when rank == 0, first serve the store on `port` (every
+  // interface); then connect to addr:port, retrying while the server is not up yet
+  // (connection refused, name not resolvable yet) until timeout_s. Joining
+  // registers this rank, so timeouts can list the ranks that never joined.
+  TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s);
+  // Disconnects; rank 0 then keeps serving until the other ranks have disconnected
+  // (or a grace period ran out) so that nobody loses the server mid-request.
+  ~TcpStore() override;
+  TcpStore(const TcpStore&) = delete;
+  TcpStore& operator=(const TcpStore&) = delete;
+
+  // gloo::rendezvous::Store. get() waits for the key like wait() does.
+  void set(const std::string& key, const std::vector<char>& value) override;
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+
+  // Adds delta to the integer stored at key (absent = 0) and returns the new value.
+  int64_t add(const std::string& key, int64_t delta);
+  // The keys among `keys` that are not set now (no waiting).
+  std::vector<std::string> missing(const std::vector<std::string>& keys);
+  // Returns once ranks 0..world-1 have all called barrier(name, ...); each name is
+  // used once. On timeout the error lists the ranks that did not arrive.
+  void barrier(const std::string& name, int world, double timeout_s);
+  // Ranks of this store's world that have not connected yet.
+  std::vector<int> unjoined_ranks();
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  double timeout_s() const { return timeout_s_; }
+  // "addr:port" as given, for messages.
+  const std::string& address() const { return address_; }
+  // This host's IP address on the route to the server: the address peers on other
+  // hosts can reach this process at (used for Gloo's listening sockets).
+  const std::string& local_ip() const { return local_ip_; }
+
+ private:
+  struct Reply;
+  Reply request(const std::string& body, double wait_s, const char* what);
+  void wait_for(const std::vector<std::string>& keys, double timeout_s);
+  [[noreturn]] void fail_timeout(double timeout_s, const std::string& what);
+
+  std::string address_, local_ip_;
+  int rank_, world_;
+  double timeout_s_;
+  std::unique_ptr<TcpStoreServer> server_;  // rank 0 only
+  int fd_ = -1;
+  std::mutex mu_;  // one request at a time on the connection
+};
+
+}  // namespace st

@@ -1,0 +1,273 @@
+// Gloo comm and process groups with 2 and 4 ranks, each a forked process on
+// 127.0.0.1. Values are small integers, so every sum is exact in f32 and f64.
+#include "dist/comm_gloo.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "dist/process_groups.h"
+#include "dist/tcp_store.h"
+#include "fork_ranks.h"
+
+namespace st {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::F32;
+  if constexpr (std::is_same_v<T, double>) return DType::F64;
+  if constexpr (std::is_same_v<T, int32_t>) return DType::I32;
+}
+
+template <class T>
+Tensor view(std::vector<T>& v) {
+  return Tensor{v.data(), dtype_of<T>(), v.size()};
+}
+
+template <class T>
+void check_equal(const std::vector<T>& got, const std::vector<T>& want, const std::string& what, int rank) {
+  ST_CHECK(got.size() == want.size(), "rank ", rank, ": ", what, " size");
+  for (size_t i = 0; i < got.size(); ++i)
+    ST_CHECK(got[i] == want[i], "rank ", rank, ": ", what, "[", i, "] = ", got[i], ", expected ", want[i]);
+}
+
+// Every collective on one dtype, with counts that do not split evenly.
+template <class T>
+void exercise(Comm& c, size_t count) {
+  const int r = c.rank(), W = c.world();
+  const std::string type(dtype_name(dtype_of<T>()));
+
+  std::vector<T> send(count), recv(count * W), want(count * W);
+  for (size_t i = 0; i < count; ++i) send[i] = static_cast<T>(r * 100 + static_cast<int>(i));
+  for (int q = 0; q < W; ++q)
+    for (size_t i = 0; i < count; ++i) want[q * count + i] = static_cast<T>(q * 100 + static_cast<int>(i));
+  c.all_gather(view(recv), view(send), count);
+  check_equal(recv, want, "all_gather " + type, r);
+
+  // In place: this rank's part already in its slot.
+  std::vector<T> inplace(count * W, T(-1));
+  for (size_t i = 0; i < count; ++i) inplace[r * count + i] = send[i];
+  c.all_gather(view(inplace), Tensor{inplace.data() + r * count, dtype_of<T>(), count}, count);
+  check_equal(inplace, want, "in-place all_gather " + type, r);
+
+  // reduce_scatter: rank q contributes (q+1)·(j+1) at j, so rank r's chunk sums to
+  // W(W+1)/2 · (r·count + i + 1).
+  std::vector<T> full(count * W), part(count, T(-7)), part_want(count);
+  for (size_t j = 0; j < full.size(); ++j) full[j] = static_cast<T>((r + 1) * static_cast<int>(j + 1));
+  for (size_t i = 0; i < count; ++i) part_want[i] = static_cast<T>(W * (W + 1) / 2 * static_cast<int>(r * count + i + 1));
+  c.reduce_scatter(view(part), view(full), count);
+  check_equal(part, part_want, "reduce_scatter " + type, r);
+
+  std::vector<T> buf(count), buf_want(count);
+  for (size_t i = 0; i < count; ++i) {
+    buf[i] = static_cast<T>(r + static_cast<int>(i) * W);
+    buf_want[i] = static_cast<T>(W * (W - 1) / 2 + static_cast<int>(i) * W * W);
+  }
+  c.all_reduce(view(buf), count);
+  check_equal(buf, buf_want, "all_reduce " + type, r);
+
+  const int root = W - 1;
+  std::vector<T> b(count, T(-1)), b_want(count);
+  for (size_t i = 0; i < count; ++i) b_want[i] = static_cast<T>(7 * static_cast<int>(i) + 1);
+  if (r == root) b = b_want;
+  c.broadcast(view(b), count, root);
+  check_equal(b, b_want, "broadcast " + type, r);
+}
+
+void all_collectives(int world) {
+  const int port = test::free_port();
+  const auto errors = test::run_ranks(world, [&](int r) {
+    auto store = std::make_shared<TcpStore>("127.0.0.1", port, r, world, 30);
+    std::unique_ptr<Comm> c = make_gloo_comm(store, "world", r, world, 30);
+    ST_CHECK(c->rank() == r && c->world() == world, "rank/world");
+    for (size_t count : {size_t(1), size_t(5), size_t(1000)}) {
+      exercise<float>(*c, count);
+      exercise<double>(*c, count);
+    }
+    // Integers: gather and broadcast move bytes, sums work too.
+    std::vector<int32_t> ids(1, r * 10), all(world);
+    c->all_gather(view(all), view(ids), 1);
+    for (int q = 0; q < world; ++q) ST_CHECK(all[q] == q * 10, "rank ", r, ": i32 all_gather");
+    c->barrier();
+    const double s = c->all_reduce_sum(r + 0.5);
+    ST_CHECK(s == world * (world - 1) / 2.0 + 0.5 * world, "rank ", r, ": all_reduce_sum = ", s);
+    c->barrier();
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+TEST(GlooComm, AllCollectivesTwoRanks) { all_collectives(2); }
+TEST(GlooComm, AllCollectivesThreeRanks) { all_collectives(3); }  // not a power of two
+TEST(GlooComm, AllCollectivesFourRanks) { all_collectives(4); }
+
+TEST(GlooComm, BadArgumentsAreErrorsNotCrashes) {
+  const int port = test::free_port();
+  const auto errors = test::run_ranks(2, [&](int r) {
+    auto store = std::make_shared<TcpStore>("127.0.0.1", port, r, 2, 30);
+    auto c = make_gloo_comm(store, "world", r, 2, 30);
+    std::vector<float> f(4);
+    std::vector<double> d(8);
+    std::vector<uint16_t> h(4);
+    const auto expect_error = [&](const std::function<void()>& fn, const std::string& text) {
+      try {
+        fn();
+      } catch (const Error& e) {
+        ST_CHECK(std::string(e.what()).find(text) != std::string::npos, "wrong error: ", e.what());
+        return;
+      }
+      fail("no error for ", text);
+    };
+    expect_error([&] { c->all_gather(view(d), view(f), 2); }, "mismatched dtypes f64 and f32");
+    expect_error([&] { c->all_gather(view(f), view(f), 4); }, "all_gather needs 8 elements in recv");
+    expect_error([&] { c->broadcast(view(f), 4, 2); }, "broadcast root 2 outside group 'world' of 2");
+    expect_error([&] { c->all_reduce(Tensor{h.data(), DType::BF16, 4}, 4); }, "all_reduce of bf16 is not supported");
+    c->barrier();  // still usable: nothing was sent
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// Each rank contributes its world rank; the sum over a group tells its members.
+double group_sum(Comm& c, int world_rank) {
+  std::vector<double> v{static_cast<double>(world_rank)};
+  c.all_reduce(view(v), 1);
+  return v[0];
+}
+
+TEST(ProcessGroups, WorldOfFourWithShardGroupsOfTwo) {
+  const int port = test::free_port();
+  const auto errors = test::run_ranks(4, [&](int r) {
+    DistEnv env;
+    env.rank = r;
+    env.world = 4;
+    env.master_port = port;
+    auto be = make_cpu_backend();
+    ProcessGroups g = init_process_groups(env, *be, 2, 30);
+    ST_CHECK(g.world->world() == 4 && g.world->rank() == r, "rank ", r, ": world comm");
+    ST_CHECK(g.shard->world() == 2 && g.shard->rank() == r % 2, "rank ", r, ": shard comm");
+    ST_CHECK(g.replicate && g.replicate->world() == 2 && g.replicate->rank() == r / 2, "rank ", r, ": replicate comm");
+    const double world_sum = group_sum(*g.world, r), shard_sum = group_sum(*g.shard, r),
+                 replica_sum = group_sum(*g.replicate, r);
+    ST_CHECK(world_sum == 6, "rank ", r, ": world sum ", world_sum);
+    // Shard groups {0,1} and {2,3}; replicate groups {0,2} and {1,3}.
+    ST_CHECK(shard_sum == (r < 2 ? 1 : 5), "rank ", r, ": shard group sum ", shard_sum);
+    ST_CHECK(replica_sum == (r % 2 == 0 ? 2 : 4), "rank ", r, ": replicate group sum ", replica_sum);
+    g.world->barrier();
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+TEST(ProcessGroups, ShardOverAllRanksHasNoReplicateGroup) {
+  const int port = test::free_port();
+  const auto errors = test::run_ranks(2, [&](int r) {
+    DistEnv env;
+    env.rank = r;
+    env.world = 2;
+    env.master_port = port;
+    auto be = make_cpu_backend();
+    ProcessGroups g = init_process_groups(env, *be, 0, 30);
+    ST_CHECK(g.shard->world() == 2 && !g.replicate, "rank ", r, ": G = 0 is one shard group over all ranks");
+    ST_CHECK(group_sum(*g.shard, r) == 1, "rank ", r, ": shard sum");
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+TEST(ProcessGroups, SingleProcessAndBadGroupSizes) {
+  auto be = make_cpu_backend();
+  ProcessGroups g = init_process_groups(DistEnv{}, *be, 0, 5);
+  EXPECT_EQ(g.world->world(), 1);
+  EXPECT_EQ(g.shard->world(), 1);
+  EXPECT_EQ(g.replicate, nullptr);
+  DistEnv four;
+  four.world = 4;
+  try {
+    init_process_groups(four, *be, 3, 5);
+    ADD_FAILURE() << "no error for a group size that does not divide the world";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dist.shard_group_size 3 does not divide the world of 4"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(init_process_groups(four, *be, -1, 5), Error);
+}
+
+TEST(ProcessGroups, MissingRankIsNamedAtJoin) {
+  const int port = test::free_port();
+  // Ranks 0 and 1 of 3 start; rank 2 never does.
+  const auto errors = test::run_ranks(2, [&](int r) {
+    DistEnv env;
+    env.rank = r;
+    env.world = 3;
+    env.master_port = port;
+    auto be = make_cpu_backend();
+    init_process_groups(env, *be, 0, 1.5);
+  });
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(errors[r].find("waiting for rank 2 of 3 (barrier 'join')"), std::string::npos) << errors[r];
+}
+
+TEST(GlooComm, PeerThatExitsMakesOthersFailInsteadOfHanging) {
+  const int port = test::free_port(), world = 3;
+  const double timeout_s = 20;
+  const auto errors = test::run_ranks(world, [&](int r) {
+    auto store = std::make_shared<TcpStore>("127.0.0.1", port, r, world, 30);
+    auto c = make_gloo_comm(store, "world", r, world, timeout_s);
+    c->barrier();  // everyone connected
+    if (r == 2) return;  // exits: its sockets close
+    std::vector<float> buf(1000, 1.0f);
+    const auto start = Clock::now();
+    try {
+      c->all_reduce(view(buf), buf.size());
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      ST_CHECK(msg.find("rank " + std::to_string(r) + ": all_reduce failed: ") == 0, "message: ", msg);
+      ST_CHECK(msg.find("a peer may have exited") != std::string::npos, "message: ", msg);
+      // The closed connection is noticed at once, well before the timeout.
+      const double took = std::chrono::duration<double>(Clock::now() - start).count();
+      ST_CHECK(took < timeout_s / 2, "rank ", r, ": took ", took, " s to notice");
+      return;
+    }
+    fail("rank ", r, ": all_reduce succeeded without rank 2");
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+TEST(GlooComm, StalledPeerTimesOut) {
+  const int port = test::free_port();
+  const double timeout_s = 2;
+  const auto errors = test::run_ranks(2, [&](int r) {
+    auto store = std::make_shared<TcpStore>("127.0.0.1", port, r, 2, 30);
+    auto c = make_gloo_comm(store, "world", r, 2, timeout_s);
+    c->barrier();
+    if (r == 1) {
+      // Alive but not joining the collective: wait (on the store) until rank 0 has
+      // seen its timeout, then leave.
+      store->get("rank0-done");
+      return;
+    }
+    const auto start = Clock::now();
+    std::string msg;
+    try {
+      std::vector<double> v(10, 1.0);
+      c->all_reduce(view(v), v.size());
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    store->set("rank0-done", {'1'});
+    ST_CHECK(msg.find("rank 0: all_reduce failed: ") == 0, "message: '", msg, "'");
+    ST_CHECK(took >= timeout_s * 0.9 && took < timeout_s + 8, "timed out after ", took, " s");
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+}  // namespace
+}  // namespace st

@@ -1,0 +1,193 @@
+// The rendezvous store: ranks as threads of this process (the store needs no fork),
+// each with its own connection, rank 0 serving.
+#include "dist/tcp_store.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "fork_ranks.h"
+
+namespace st {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::vector<char> bytes(const std::string& s) { return std::vector<char>(s.begin(), s.end()); }
+std::string text(const std::vector<char>& v) { return std::string(v.begin(), v.end()); }
+
+// Runs fn(rank) on one thread per rank; returns each rank's error ("" = none).
+std::vector<std::string> run_threads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TcpStore, SetGetAddWaitAcrossRanks) {
+  const int port = test::free_port(), world = 4;
+  const std::string big(1 << 20, 'x');  // spans many reads on both ends
+  const auto errors = run_threads(world, [&](int r) {
+    TcpStore store("127.0.0.1", port, r, world, 20);
+    if (r == 1) store.set("from1", bytes(std::string("a\0b", 3)));
+    if (r == 2) store.set("big", bytes(big));
+    // get() waits for keys that other ranks set later.
+    ST_CHECK(text(store.get("from1")) == std::string("a\0b", 3), "rank ", r, " got the wrong value for from1");
+    ST_CHECK(text(store.get("big")) == big, "rank ", r, " got the wrong value for big");
+    store.wait({"from1", "big"});
+    store.wait({"from1"}, std::chrono::milliseconds(1000));
+    const int64_t v = store.add("counter", r + 1);
+    ST_CHECK(v >= r + 1 && v <= 10, "rank ", r, ": add returned ", v);
+    store.barrier("counted", world, 20);
+    ST_CHECK(store.add("counter", 0) == 10, "rank ", r, ": counter is not 1+2+3+4");
+    ST_CHECK(store.missing({"from1", "nope"}) == std::vector<std::string>{"nope"}, "missing() wrong");
+    ST_CHECK(store.unjoined_ranks().empty(), "everyone joined");
+    store.barrier("done", world, 20);  // nobody leaves while others still ask
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+TEST(TcpStore, BarrierTimeoutNamesTheMissingRankAndAddress) {
+  const int port = test::free_port();
+  const auto start = Clock::now();
+  // Ranks 0 and 1 of 3 arrive; rank 2 never starts.
+  const auto errors = run_threads(2, [&](int r) {
+    TcpStore store("127.0.0.1", port, r, 3, 20);
+    store.barrier("init", 3, 1.0);
+  });
+  EXPECT_LT(since(start), 10.0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("rendezvous at " + addr + ": timed out after 1 s waiting for rank 2 of 3 (barrier 'init')"),
+              std::string::npos)
+        << errors[r];
+    EXPECT_NE(errors[r].find("never connected"), std::string::npos) << errors[r];
+  }
+}
+
+TEST(TcpStore, GetTimeoutNamesKeyAndUnjoinedRanksAndKeepsTheConnectionUsable) {
+  const int port = test::free_port();
+  TcpStore store("127.0.0.1", port, 0, 3, 1.0);
+  const auto start = Clock::now();
+  const std::string err = error_of([&] { store.get("never-set"); });
+  EXPECT_LT(since(start), 8.0);
+  EXPECT_NE(err.find("rendezvous at 127.0.0.1:" + std::to_string(port)), std::string::npos) << err;
+  EXPECT_NE(err.find("key 'never-set'"), std::string::npos) << err;
+  EXPECT_NE(err.find("ranks 1, 2 of 3 never joined"), std::string::npos) << err;
+  const std::string werr = error_of([&] { store.wait({"a", "b"}, std::chrono::milliseconds(200)); });
+  EXPECT_NE(werr.find("keys 'a', 'b'"), std::string::npos) << werr;
+  // A timed-out request got its answer, so the connection is still in step.
+  store.set("after", bytes("ok"));
+  EXPECT_EQ(text(store.get("after")), "ok");
+}
+
+TEST(TcpStore, ClientWithoutServerFailsWithinTimeout) {
+  const int port = test::free_port();
+  const auto start = Clock::now();
+  const std::string err = error_of([&] { TcpStore store("127.0.0.1", port, 3, 4, 1.0); });
+  EXPECT_LT(since(start), 5.0);
+  EXPECT_NE(err.find("rank 3: cannot reach the rendezvous server at 127.0.0.1:" + std::to_string(port) +
+                     " after 1 s (connection refused): is rank 0 running and MASTER_ADDR/MASTER_PORT right?"),
+            std::string::npos)
+      << err;
+}
+
+TEST(TcpStore, UnresolvableMasterIsNamed) {
+  const std::string err = error_of([] { TcpStore store("no-such-host.invalid", 29999, 1, 2, 0.5); });
+  EXPECT_NE(err.find("no-such-host.invalid:29999"), std::string::npos) << err;
+  EXPECT_NE(err.find("cannot resolve"), std::string::npos) << err;
+}
+
+TEST(TcpStore, PortInUseIsAClearError) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  const std::string err = error_of([&] { TcpStore store("127.0.0.1", port, 0, 2, 1.0); });
+  ::close(fd);
+  EXPECT_NE(err.find("rank 0: cannot serve the rendezvous store on port " + std::to_string(port)), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("address already in use"), std::string::npos) << err;
+}
+
+TEST(TcpStore, WorldMismatchAndDuplicateRanksAreRejected) {
+  const int port = test::free_port();
+  TcpStore rank0("127.0.0.1", port, 0, 2, 5);
+  const std::string mismatch = error_of([&] { TcpStore r1("127.0.0.1", port, 1, 3, 5); });
+  EXPECT_NE(mismatch.find("rank 1 was started for a world of 3 ranks but rank 0 for 2"), std::string::npos)
+      << mismatch;
+  TcpStore first("127.0.0.1", port, 1, 2, 5);
+  const std::string dup = error_of([&] { TcpStore second("127.0.0.1", port, 1, 2, 5); });
+  EXPECT_NE(dup.find("two processes joined as rank 1"), std::string::npos) << dup;
+}
+
+TEST(TcpStore, ServerOutlivesRankZeroUntilOthersLeaveThenStops) {
+  const int port = test::free_port();
+  auto rank0 = std::make_unique<TcpStore>("127.0.0.1", port, 0, 2, 1.0);
+  TcpStore rank1("127.0.0.1", port, 1, 2, 5);
+  // Rank 1 stays connected: rank 0's destructor waits out its grace period (its
+  // timeout here, 1 s), then stops the server.
+  auto start = Clock::now();
+  rank0.reset();
+  EXPECT_LT(since(start), 5.0);
+  const std::string err = error_of([&] { rank1.set("k", bytes("v")); });
+  EXPECT_NE(err.find("rank 1: lost the connection to the rendezvous server at 127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+      << err;
+
+  // When everyone has left already, the destructor returns at once.
+  const int port2 = test::free_port();
+  rank0 = std::make_unique<TcpStore>("127.0.0.1", port2, 0, 2, 30);
+  { TcpStore other("127.0.0.1", port2, 1, 2, 5); }
+  start = Clock::now();
+  rank0.reset();
+  EXPECT_LT(since(start), 5.0);
+}
+
+TEST(TcpStore, RanksAsProcesses) {
+  // The same contract across real processes, as ranks run.
+  const int port = test::free_port(), world = 3;
+  const auto errors = test::run_ranks(world, [&](int r) {
+    TcpStore store("127.0.0.1", port, r, world, 20);
+    store.set("rank" + std::to_string(r), bytes(std::to_string(r * r)));
+    for (int q = 0; q < world; ++q)
+      ST_CHECK(text(store.get("rank" + std::to_string(q))) == std::to_string(q * q), "rank ", r, " read rank ", q);
+    store.barrier("end", world, 20);
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+}  // namespace
+}  // namespace st
