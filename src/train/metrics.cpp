@@ -25,10 +25,14 @@ std::string format_duration(double s) {
 std::string format_step_line(const StepMetrics& m) {
   char buf[256];
   const int width = static_cast<int>(std::to_string(m.total_steps).size());
-  std::snprintf(buf, sizeof buf, "step %*d/%d | loss %.4f | lr %.3e | grad_norm %.4f | %s tok/s | elapsed %s", width,
-                m.step, m.total_steps, m.loss, m.lr, m.grad_norm, human_count(m.tokens_per_s).c_str(),
-                format_duration(m.elapsed_s).c_str());
-  return buf;
+  std::snprintf(buf, sizeof buf, "step %*d/%d | loss %.4f | lr %.3e | grad_norm %.4f | %s tok/s", width, m.step,
+                m.total_steps, m.loss, m.lr, m.grad_norm, human_count(m.tokens_per_s).c_str());
+  std::string line = buf;
+  if (m.mfu > 0) {
+    std::snprintf(buf, sizeof buf, " | %.0f TFLOP/s | MFU %.1f%%", m.tflops, 100 * m.mfu);
+    line += buf;
+  }
+  return line + " | elapsed " + format_duration(m.elapsed_s);
 }
 
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
@@ -51,7 +55,9 @@ void MetricsLog::write_step(const StepMetrics& m) {
          {"grad_norm", m.grad_norm},
          {"tokens_per_s", m.tokens_per_s},
          {"elapsed_s", m.elapsed_s},
-         {"tokens", m.tokens}});
+         {"tokens", m.tokens},
+         {"tflops_per_rank", m.tflops},
+         {"mfu", m.mfu}});
 }
 
 ProgressBar::ProgressBar(const std::string& mode) {

@@ -17,6 +17,8 @@ struct StepMetrics {
   double step_s = 0;       // this step's wall time
   double elapsed_s = 0;    // since training began
   int64_t tokens = 0;      // global tokens seen so far
+  double tflops = 0;       // model TFLOP/s per rank (flops_per_token x tokens/s / ranks)
+  double mfu = 0;          // tflops / peak; 0 when the peak is unknown
 };
 
 std::string format_step_line(const StepMetrics& m);

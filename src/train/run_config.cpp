@@ -87,6 +87,10 @@ const std::vector<Key>& schema() {
         {"train.seed", &RunConfig::seed, "seed for initialisation and data order"},
         {"train.device", &RunConfig::device, "where to train", {}, {"cpu", "cuda"}},
         {"train.log_every", &RunConfig::log_every, "log loss and throughput every N steps", at_least(1)},
+        {"train.peak_tflops", &RunConfig::peak_tflops,
+         "dense bf16 TFLOP/s that MFU is measured against; 0 = the datasheet value for the GPU "
+         "(H100/H200 989, A100 312, L4 121)",
+         at_least(0)},
 
         {"optim.lr", &RunConfig::lr, "peak learning rate (AdamW)", above(0)},
         {"optim.min_lr_ratio", &RunConfig::min_lr_ratio, "cosine decay ends at lr * min_lr_ratio", closed(0, 1)},

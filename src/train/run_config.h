@@ -33,6 +33,7 @@ struct RunConfig {
   uint64_t seed = 1234;                // train.seed
   std::string device = "cpu";          // train.device: cpu | cuda
   int log_every = 10;                  // train.log_every
+  double peak_tflops = 0;              // train.peak_tflops: MFU denominator; 0 = the device table
   // [optim]
   double lr = 3e-3;                    // optim.lr (peak)
   double min_lr_ratio = 0.1;           // optim.min_lr_ratio: final lr = lr * ratio

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "io/hf_checkpoint.h"
+#include "train/flops.h"
 
 namespace st {
 
@@ -22,12 +23,18 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups)
     const auto units = load_hf_weights(cfg.init_from, *layout_);
     for (int u = 0; u < layout_->num_units(); ++u) fsdp_->load_unit(u, units[u]);
   }
-  model_ = std::make_unique<Qwen2Model>(*layout_, be_, fo.compute_dtype, cfg.micro_batch, cfg.seq_len);
+  // On a GPU the lm_head + loss run over chunks of rows, so the (rows, vocab) logits
+  // never exist for the whole micro-batch at once.
+  const int head_chunk = backend.device() == Device::CPU ? 0 : 4096;
+  model_ = std::make_unique<Qwen2Model>(*layout_, be_, fo.compute_dtype, cfg.micro_batch, cfg.seq_len, head_chunk);
   if (cfg.data_source == "random")
     data_ = make_random_source(cfg.model.vocab_size, cfg.seed);
   else
     data_ = make_text_source(cfg.data_paths, cfg.model.vocab_size, cfg.seed, cfg.seq_len);
   schedule_ = LrSchedule{cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps};
+  flops_per_token_ = flops_per_token(cfg.model, cfg.seq_len);
+  peak_tflops_ = cfg.peak_tflops > 0 ? cfg.peak_tflops
+                                     : (backend.device() == Device::CPU ? 0 : peak_bf16_tflops(backend.name()));
   batches_.resize(cfg.grad_accum);
   for (auto& b : batches_) b.B = cfg.micro_batch, b.T = cfg.seq_len;
 }
@@ -61,10 +68,37 @@ void Trainer::print_header() const {
                 cfg_.lr, cfg_.warmup_steps, cfg_.lr * cfg_.min_lr_ratio, cfg_.steps, cfg_.beta1, cfg_.beta2,
                 cfg_.weight_decay, cfg_.grad_clip);
   log_info(buf);
+  std::snprintf(buf, sizeof buf,
+                "flops: 6 x %s matmul params (lm_head included) + 6 x %d layers x %d hidden x %d seq (causal "
+                "attention) = %.3g GFLOP per token",
+                human_count(matmul_params(m)).c_str(), m.num_layers, m.hidden_size, cfg_.seq_len, flops_per_token_ / 1e9);
+  log_info(buf);
+  if (peak_tflops_ > 0) {
+    std::snprintf(buf, sizeof buf, "mfu: model TFLOP/s per rank / %.0f TFLOP/s (%s, dense bf16)", peak_tflops_,
+                  cfg_.peak_tflops > 0 ? "train.peak_tflops" : be_.name().c_str());
+    log_info(buf);
+  }
+  // What this rank holds. Gathered units come and go; the largest unit's weights and
+  // fp32 gradient bound what one gathered unit adds at a time.
   const FsdpMemory mem = fsdp_->memory();
-  log_info("memory per rank: weights " + human_bytes(mem.master_bytes) + " | gradients " +
-           human_bytes(mem.grad_bytes) + " | optimizer " + human_bytes(mem.optimizer_bytes) + " | activations " +
-           human_bytes(model_->activation_bytes()));
+  size_t largest = 0;
+  for (const Unit& u : layout_->units()) largest = std::max(largest, u.padded_numel);
+  const size_t cdt = dtype_size(be_.device() == Device::CPU ? DType::F32 : DType::BF16);
+  const size_t gathered = largest * (cdt + 4);
+  const size_t total = mem.master_bytes + mem.grad_bytes + mem.optimizer_bytes + gathered +
+                       model_->activation_bytes() + be_.workspace_bytes();
+  log_info("memory per rank (sharded over " + std::to_string(shard_.world()) + "):");
+  auto row = [&](const char* what, size_t bytes) {
+    std::snprintf(buf, sizeof buf, "  %-44s %12s", what, human_bytes(static_cast<double>(bytes)).c_str());
+    log_info(buf);
+  };
+  row("weights (fp32 master shard)", mem.master_bytes);
+  row("gradients (fp32 shard)", mem.grad_bytes);
+  row("optimizer state (fp32 AdamW m and v)", mem.optimizer_bytes);
+  row("gathered unit (largest: weights + fp32 grads)", gathered);
+  row("activations and scratch (one micro-batch)", model_->activation_bytes());
+  row("workspace", be_.workspace_bytes());
+  row("total (estimate)", total);
   if (!cfg_.out_dir.empty()) log_info("output: " + cfg_.out_dir + "/metrics.jsonl");
 }
 
@@ -115,6 +149,8 @@ StepMetrics Trainer::step(int s) {
   m.tokens_per_s = step_tokens / std::max(m.step_s, 1e-9);
   m.elapsed_s = t1 - t_start_;
   m.tokens = tokens_seen_;
+  m.tflops = m.tokens_per_s * flops_per_token_ / comm_.world() / 1e12;
+  m.mfu = peak_tflops_ > 0 ? m.tflops / peak_tflops_ : 0;
   return m;
 }
 
@@ -143,6 +179,7 @@ TrainResult Trainer::run(bool verbose) {
     r.grad_norms.push_back(m.grad_norm);
     if (s > 0) timed_tokens += m.tokens_per_s * m.step_s, timed_s += m.step_s;  // step 1 warms up
     if (metrics) metrics->write_step(m);
+    if (s == 0) be_.reset_peak_allocated();  // the first step's transient set-up is not the steady state
     if (!out) continue;
     if (s == 0 || m.step % cfg_.log_every == 0 || m.step == cfg_.steps) {
       bar.clear();
@@ -152,12 +189,42 @@ TrainResult Trainer::run(bool verbose) {
   }
   bar.clear();
   r.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0;
+  r.tflops_per_rank = r.tokens_per_s * flops_per_token_ / comm_.world() / 1e12;
+  r.mfu = peak_tflops_ > 0 ? r.tflops_per_rank / peak_tflops_ : 0;
+  r.peak_memory_bytes = be_.peak_allocated_bytes();
   if (out) {
-    char buf[256];
+    char buf[320];
     std::snprintf(buf, sizeof buf, "done: %d steps, loss %.4f -> %.4f, %s tok/s (mean after step 1), %.1fs",
                   cfg_.steps, r.losses.front(), r.losses.back(), human_count(r.tokens_per_s).c_str(),
                   now_seconds() - t_start_);
-    log_info(buf);
+    std::string line = buf;
+    if (r.mfu > 0) {
+      std::snprintf(buf, sizeof buf, ", %.0f TFLOP/s per rank, MFU %.1f%%", r.tflops_per_rank, 100 * r.mfu);
+      line += buf;
+    }
+    if (r.peak_memory_bytes > 0) line += ", peak memory " + human_bytes(static_cast<double>(r.peak_memory_bytes)) + " (after step 1)";
+    log_info(line);
+  }
+  if (metrics) {
+    std::ofstream(cfg_.out_dir + "/summary.json")
+        << nlohmann::json{{"steps", cfg_.steps},
+                          {"world", comm_.world()},
+                          {"backend", be_.name()},
+                          {"model", cfg_.model.source},
+                          {"seq_len", cfg_.seq_len},
+                          {"micro_batch", cfg_.micro_batch},
+                          {"grad_accum", cfg_.grad_accum},
+                          {"first_loss", r.losses.front()},
+                          {"final_loss", r.losses.back()},
+                          {"tokens_per_s", r.tokens_per_s},
+                          {"tokens_per_s_per_rank", r.tokens_per_s / comm_.world()},
+                          {"flops_per_token", flops_per_token_},
+                          {"tflops_per_rank", r.tflops_per_rank},
+                          {"mfu", r.mfu},
+                          {"peak_tflops", peak_tflops_},
+                          {"peak_memory_bytes", r.peak_memory_bytes}}
+               .dump(1)
+        << "\n";
   }
   if (!cfg_.export_dir.empty()) {
     export_model(cfg_.export_dir, cfg_.export_dtype == "f32" ? DType::F32 : DType::BF16);

@@ -21,7 +21,10 @@ namespace st {
 struct TrainResult {
   std::vector<double> losses;      // per step, mean over the global batch
   std::vector<double> grad_norms;  // per step, before clipping
-  double tokens_per_s = 0;         // over all steps but the first
+  double tokens_per_s = 0;         // global, over all steps but the first
+  double tflops_per_rank = 0;      // model FLOPs, same steps
+  double mfu = 0;                  // 0 when the device peak is unknown
+  size_t peak_memory_bytes = 0;    // backend's high-water mark (0 when not tracked)
 };
 
 class Trainer {
@@ -55,6 +58,7 @@ class Trainer {
   LrSchedule schedule_;
   std::vector<Batch> batches_;
   int64_t tokens_seen_ = 0;
+  double flops_per_token_ = 0, peak_tflops_ = 0;
   double t_start_ = 0;
 };
 

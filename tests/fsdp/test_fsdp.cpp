@@ -112,3 +112,23 @@ TEST(Fsdp, GradientsMatchDenseParamsWithAndWithoutReshard) {
 
 }  // namespace
 }  // namespace st
+
+namespace st {
+namespace {
+
+TEST(Init, ThreadedLargeRangesGiveTheSameBits) {
+  Unit u{"big"};
+  ParamSpec w{"model.embed_tokens.weight", {3000, 3000}, 0, 9000000, true};
+  ParamSpec n{"model.norm.weight", {3000}, 9000000, 3000, false};
+  u.params = {w, n};
+  u.numel = u.padded_numel = u.shard_numel = 9003000;
+  std::vector<float> whole(u.numel), pieces(u.numel);
+  init_unit_values(u, 42, 0.02, 0, u.numel, whole.data());  // large: split across threads
+  for (size_t lo = 0; lo < u.numel; lo += 1000000)           // small: one thread each
+    init_unit_values(u, 42, 0.02, lo, std::min(u.numel, lo + 1000000), pieces.data() + lo);
+  EXPECT_EQ(whole, pieces);
+  EXPECT_EQ(whole.back(), 1.0f);
+}
+
+}  // namespace
+}  // namespace st

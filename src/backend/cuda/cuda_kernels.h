@@ -72,6 +72,15 @@ template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* out, const float* lse, const T* qkv, int B, int T_,
                         int H, int KV, int hd, cudaStream_t stream);
 
+// ---- attention_fa2.cu, attention_fa2_bwd.cu -------------------------------------------
+// FlashAttention-2 kernels (mma.sync, cp.async) for the BF16 path at hd 64 and 128 only;
+// the same contract as attention_forward / attention_backward above. qkv, out, dout and
+// dqkv must be 16-byte aligned. The backward is deterministic (no atomics).
+void attention_forward_fa2(bf16* out, float* lse, const bf16* qkv, int B, int T_, int H, int KV, int hd,
+                           cudaStream_t stream);
+void attention_backward_fa2(bf16* dqkv, const bf16* dout, const bf16* out, const float* lse, const bf16* qkv, int B,
+                            int T_, int H, int KV, int hd, cudaStream_t stream);
+
 // ---- loss.cu ---------------------------------------------------------------------
 template <class T>
 void cross_entropy(float* losses, T* logits, const int32_t* targets, int N, int V, int ignore_index,

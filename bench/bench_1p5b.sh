@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Side by side on one GPU: shardtrain against the PyTorch FSDP2 anchor
+# (../shared/bench/torch_fsdp2_baseline.py, eager and --compile), Qwen2.5-1.5B,
+# random token ids, the same sequence length; then one table of tokens/s per GPU,
+# model TFLOP/s, MFU, peak memory and our ratio over each.
+#
+# Run from the repository root on the GPU machine:
+#   bench/bench_1p5b.sh [SHARDTRAIN_BINARY] [OUT_DIR]
+# Environment: SEQ (2048), MBS (micro-batches to try for shardtrain, "4 8"),
+# STEPS (20: 5 warm-up + 15 timed, as the anchor), TORCH_MBS (8: the anchor's best).
+# The anchor is read from .anchor/ (copied there from ../shared/bench when present).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${1:-build/shardtrain}
+OUT=${2:-bench-out}
+SEQ=${SEQ:-2048}
+MBS=${MBS:-"4 8"}
+STEPS=${STEPS:-20}
+TORCH_MBS=${TORCH_MBS:-8}
+export NCCL_NVLS_ENABLE=0
+mkdir -p "$OUT" .anchor
+[ -f ../shared/bench/torch_fsdp2_baseline.py ] && cp ../shared/bench/torch_fsdp2_baseline.py .anchor/
+ANCHOR=.anchor/torch_fsdp2_baseline.py
+[ -f "$ANCHOR" ] || { echo "bench: $ANCHOR is missing (copy ../shared/bench/torch_fsdp2_baseline.py there)"; exit 2; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+"$BIN" --version > "$OUT/version.txt" 2>&1
+for mb in $MBS; do
+  echo "== shardtrain micro-batch $mb"
+  "$BIN" train --config configs/qwen2.5-1.5b.toml --train.seq_len="$SEQ" --train.micro_batch="$mb" \
+    --train.steps="$STEPS" --train.log_every=5 --run.progress=off --run.out_dir="$OUT/ours_mb$mb" \
+    > "$OUT/ours_mb$mb.log" 2>&1
+  echo "exit $?" >> "$OUT/ours_mb$mb.log"
+  tail -3 "$OUT/ours_mb$mb.log"
+done
+for mode in eager compile; do
+  echo "== torch FSDP2 $mode"
+  flag=""; [ "$mode" = compile ] && flag="--compile"
+  python3 "$ANCHOR" --size 1.5b --seq "$SEQ" --mbs "$TORCH_MBS" --steps 15 $flag > "$OUT/torch_$mode.log" 2>&1
+  grep '^{' "$OUT/torch_$mode.log" | tail -1 > "$OUT/torch_$mode.json"
+  tail -1 "$OUT/torch_$mode.log"
+done
+python3 bench/compare.py "$OUT" --warmup 5 | tee "$OUT/table.md"
