@@ -51,6 +51,9 @@ class Backend {
   virtual void upload(Tensor dst, const void* host) = 0;
   virtual void download(void* host, Tensor src) = 0;
   virtual void synchronize() {}
+  // The stream the backend enqueues its work on (a cudaStream_t for CUDA), so that a
+  // communicator can enqueue collectives in order with it; null where there is none.
+  virtual void* native_stream() { return nullptr; }
 
   // ---- memory accounting (for the memory table and the peak report) --------------
   // Fixed buffers the backend holds (GEMM workspace, ...).

@@ -24,13 +24,13 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
 }
 #endif
 
-std::unique_ptr<Backend> make_backend(const std::string& device) {
+std::unique_ptr<Backend> make_backend(const std::string& device, int device_index) {
   if (device == "cpu") return make_cpu_backend();
   if (device == "cuda") {
 #ifdef SHARDTRAIN_HAVE_CUDA
     std::string why;
     if (cuda::device_count(&why) == 0) fail("train.device = cuda: no CUDA device found (cudaGetDeviceCount: ", why, ")");
-    return make_cuda_backend(0);
+    return make_cuda_backend(device_index);
 #else
     fail("train.device = \"cuda\": this build has no CUDA backend (nvcc was not found at configure time); "
          "use --train.device=cpu");

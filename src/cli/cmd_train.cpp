@@ -11,7 +11,27 @@
 #include "train/run_config.h"
 #include "train/trainer.h"
 
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
 namespace st {
+namespace {
+
+// This rank's GPU: LOCAL_RANK, wrapped around the devices it can see, so N ranks on
+// a host with N GPUs get one each, and a rank that was given a single GPU
+// (CUDA_VISIBLE_DEVICES per rank) takes that one.
+int local_device(const std::string& device, const DistEnv& env) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (device == "cuda") {
+    const int n = cuda::device_count(nullptr);
+    if (n > 0) return env.local_rank % n;
+  }
+#endif
+  return 0;  // the CPU, or no device: make_backend says why
+}
+
+}  // namespace
 
 Command add_train_command(CLI::App& root) {
   struct State {
@@ -34,7 +54,7 @@ Command add_train_command(CLI::App& root) {
             RunConfig cfg = load_run_config(state->config, state->overrides);
             const DistEnv env = detect_dist_env(environ_map());
             set_log_rank(env.rank, env.world);
-            auto backend = make_backend(cfg.device);
+            auto backend = make_backend(cfg.device, local_device(cfg.device, env));
             ProcessGroups groups = init_process_groups(env, *backend, cfg.shard_group_size, cfg.timeout_s);
             Trainer trainer(cfg, *backend, groups);
             trainer.run();

@@ -1,0 +1,404 @@
+// Comm over NCCL. What each operation uses:
+//   all_gather      ncclAllGather (in place when send is this rank's slot of recv)
+//   reduce_scatter  ncclReduceScatter, sum
+//   all_reduce      ncclAllReduce, sum, in place
+//   broadcast       ncclBroadcast, in place
+//   barrier         ncclAllReduce of one double in a persistent device buffer, then a
+//                   bounded wait for the stream
+//   all_reduce_sum  the same buffer: host value in, ncclAllReduce, copied back, bounded
+//                   wait
+//
+// Streams. Everything is enqueued on the backend's stream (Backend::native_stream()),
+// the one its kernels and cudaMallocAsync/cudaFreeAsync run on: a gather is ordered
+// after the copy that filled its send buffer and before the kernels that read the
+// result, and a buffer freed after a collective is not reused before it ran, all
+// without events. The price is no overlap of communication with compute; moving the
+// collectives to a second stream (with events both ways) is a later step.
+//
+// Waits. The communicator is created non-blocking (config.blocking = 0): NCCL calls
+// return at once, possibly with ncclInProgress, and ncclCommGetAsyncError reports
+// when the call has finished. This lets every wait on the host be bounded: the id
+// exchange (store timeout), communicator set-up, a call that returned ncclInProgress
+// (NCCL connects peers lazily at the first collective), and the stream wait of
+// barrier and all_reduce_sum. When the bound is passed the communicator is aborted
+// (ncclCommAbort makes NCCL's kernels and threads give up) and the error names this
+// rank, the group and the operation. A call that returned ncclInProgress must finish
+// before the next call on the comm and before anything else is enqueued on the
+// stream (the collective is not on the stream yet), so each operation waits for
+// that before returning.
+//
+// What is not bounded: the collectives without a host wait (all_gather,
+// reduce_scatter, all_reduce, broadcast) return once enqueued, and the backend's
+// own stream synchronisations (download, sum_squares) wait for them without a
+// limit. A peer that dies is caught by the launcher (it stops the other ranks); an
+// error NCCL detects in the background is reported by the next operation here. A
+// watchdog thread that aborts a collective stuck past the timeout belongs with the
+// second stream.
+#include "dist/comm_nccl.h"
+
+#include "core/error.h"
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "dist/tcp_store.h"
+
+namespace st {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string seconds_text(double s) {
+  std::ostringstream os;
+  os << s << " s";
+  return os.str();
+}
+
+ncclDataType_t nccl_dtype(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::BF16: return ncclBfloat16;
+    case DType::F16: return ncclFloat16;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+  }
+  fail("nccl: unknown dtype ", static_cast<int>(t));
+}
+
+class NcclComm final : public Comm {
+ public:
+  NcclComm(TcpStore& store, std::string prefix, int rank, int world, double timeout_s, cudaStream_t stream,
+           int device, int global_rank)
+      : prefix_(std::move(prefix)),
+        global_rank_(global_rank < 0 ? rank : global_rank),
+        rank_(rank),
+        world_(world),
+        timeout_s_(timeout_s),
+        timeout_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))),
+        stream_(stream),
+        device_(device) {
+    try {
+      init(store);
+    } catch (...) {
+      release();  // the destructor does not run for a constructor that throws
+      throw;
+    }
+  }
+
+  ~NcclComm() override {
+    (void)cudaSetDevice(device_);
+    if (comm_) {
+      // Unwinding from an error: the other ranks may never get here, so do not wait
+      // for them. Otherwise finalize (flushes this rank's operations, bounded) and
+      // destroy; abort if that does not finish in time.
+      bool clean = std::uncaught_exceptions() == 0;
+      if (clean) {
+        ncclResult_t r = ncclCommFinalize(comm_);
+        const auto deadline = Clock::now() + timeout_;
+        for (int spins = 0; r == ncclInProgress && Clock::now() < deadline; ++spins) {
+          pause(spins);
+          if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) break;
+        }
+        clean = r == ncclSuccess;
+      }
+      if (clean)
+        (void)ncclCommDestroy(comm_);
+      else
+        (void)ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    release();
+  }
+
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+
+  void all_gather(Tensor recv, Tensor send, size_t count) override {
+    const char* op = "all_gather";
+    same_dtype(op, recv, send);
+    fits(op, send, count, "send");
+    fits(op, recv, count * world_, "recv");
+    if (count == 0) return;
+    run(op, [&] { return ncclAllGather(send.data, recv.data, count, nccl_dtype(send.dtype), comm_, stream_); });
+  }
+
+  void reduce_scatter(Tensor recv, Tensor send, size_t count) override {
+    const char* op = "reduce_scatter";
+    same_dtype(op, recv, send);
+    fits(op, send, count * world_, "send");
+    fits(op, recv, count, "recv");
+    if (count == 0) return;
+    run(op, [&] {
+      return ncclReduceScatter(send.data, recv.data, count, nccl_dtype(send.dtype), ncclSum, comm_, stream_);
+    });
+  }
+
+  void all_reduce(Tensor buf, size_t count) override {
+    const char* op = "all_reduce";
+    fits(op, buf, count, "buf");
+    if (count == 0) return;
+    run(op, [&] { return ncclAllReduce(buf.data, buf.data, count, nccl_dtype(buf.dtype), ncclSum, comm_, stream_); });
+  }
+
+  void broadcast(Tensor buf, size_t count, int root) override {
+    const char* op = "broadcast";
+    ST_CHECK(root >= 0 && root < world_, who(), ": nccl broadcast root ", root, " outside group '", prefix_, "' of ",
+             world_);
+    fits(op, buf, count, "buf");
+    if (count == 0) return;
+    run(op, [&] { return ncclBroadcast(buf.data, buf.data, count, nccl_dtype(buf.dtype), root, comm_, stream_); });
+  }
+
+  void barrier() override {
+    const char* op = "barrier";
+    double* slot = static_cast<double*>(dev_) + 1;
+    enter(op);
+    cuda_check(op, cudaMemsetAsync(slot, 0, sizeof(double), stream_));  // the value is not used; keep it finite
+    run(op, [&] { return ncclAllReduce(slot, slot, 1, ncclFloat64, ncclSum, comm_, stream_); });
+    wait_stream(op);
+  }
+
+  double all_reduce_sum(double value) override {
+    const char* op = "all_reduce_sum";
+    double* sum = static_cast<double*>(dev_);
+    enter(op);
+    *host_ = value;
+    cuda_check(op, cudaMemcpyAsync(sum, host_, sizeof(double), cudaMemcpyHostToDevice, stream_));
+    run(op, [&] { return ncclAllReduce(sum, sum, 1, ncclFloat64, ncclSum, comm_, stream_); });
+    cuda_check(op, cudaMemcpyAsync(host_, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    wait_stream(op);
+    return *host_;
+  }
+
+ private:
+  void init(TcpStore& store) {
+    const char* op = "init";
+    cuda_check(op, cudaSetDevice(device_));
+    // Scratch for barrier and all_reduce_sum, kept for the comm's life so those two
+    // allocate nothing per call: [0] the sum, [1] the barrier's dummy.
+    cuda_check(op, cudaMalloc(&dev_, 2 * sizeof(double)));
+    cuda_check(op, cudaMallocHost(&host_, sizeof(double)));
+
+    // Rank 0 makes the id (its bootstrap root listens for the others) and publishes
+    // it; the rest wait for it, bounded by the timeout.
+    ncclUniqueId id{};
+    const std::string key = prefix_ + "/nccl_id";
+    if (rank_ == 0) {
+      check(op, ncclGetUniqueId(&id));
+      try {
+        store.set(key, std::vector<char>(id.internal, id.internal + sizeof id.internal));
+      } catch (const Error& e) {
+        fail(who(), ": nccl init failed: cannot publish the NCCL id of group '", prefix_, "': ", e.what());
+      }
+    } else {
+      std::vector<char> v;
+      try {
+        store.wait({key}, std::chrono::duration_cast<std::chrono::milliseconds>(timeout_));
+        v = store.get(key);
+      } catch (const Error& e) {
+        fail(who(), ": nccl init failed: no NCCL id from rank 0 of group '", prefix_, "': ", e.what());
+      }
+      ST_CHECK(v.size() == sizeof id.internal, who(), ": nccl init failed: the id under '", key, "' has ", v.size(),
+               " bytes, expected ", sizeof id.internal);
+      std::memcpy(id.internal, v.data(), sizeof id.internal);
+    }
+
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;               // so that a set-up that never completes can be aborted
+    config.commName = prefix_.c_str();  // shows in NCCL's own logs (NCCL_DEBUG=INFO)
+    const auto deadline = Clock::now() + timeout_;
+    const ncclResult_t r = ncclCommInitRankConfig(&comm_, world_, id, rank_, &config);
+    settle(op, r, deadline,
+           "setting up the communicator of " + std::to_string(world_) +
+               " rank(s) (a peer may not have reached it, or the ranks cannot reach each other)");
+  }
+
+  void release() noexcept {
+    if (dev_) (void)cudaFree(dev_);
+    if (host_) (void)cudaFreeHost(host_);
+    dev_ = nullptr;
+    host_ = nullptr;
+  }
+
+  std::string who() const {
+    std::ostringstream os;
+    os << "rank " << global_rank_;
+    if (prefix_ != "world") os << " (" << rank_ << " of " << world_ << " in group '" << prefix_ << "')";
+    return os.str();
+  }
+
+  // NCCL's name for a result, plus its last error message where it has one.
+  std::string reason(ncclResult_t r) const {
+    std::string s = ncclGetErrorString(r);
+    const char* last = ncclGetLastError(comm_);
+    if (last && *last) s += std::string(": ") + last;
+    return s;
+  }
+
+  // Aborts the communicator (the other ranks' collectives then fail or time out
+  // instead of waiting for this one forever) and throws.
+  [[noreturn]] void fail_op(const char* op, const std::string& why) {
+    if (comm_) {
+      (void)ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    std::ostringstream os;
+    os << who() << ": nccl " << op << " failed: " << why;
+    error_ = os.str();
+    throw Error(error_);
+  }
+
+  void cuda_check(const char* op, cudaError_t e) {
+    if (e == cudaSuccess) return;
+    (void)cudaGetLastError();  // a non-sticky error must not be reported again by the next call
+    fail_op(op, std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  }
+
+  void check(const char* op, ncclResult_t r) {
+    if (r != ncclSuccess) fail_op(op, reason(r));
+  }
+
+  void usable(const char* op) const {
+    if (!comm_ && !error_.empty())
+      fail(who(), ": nccl ", op, " failed: the communicator was aborted after an earlier failure (", error_, ")");
+    ST_CHECK(comm_ != nullptr, who(), ": nccl ", op, " failed: no communicator");
+  }
+
+  // Before touching the device for an operation: the comm is alive and its GPU is
+  // the current one (a process may drive several).
+  void enter(const char* op) {
+    usable(op);
+    cuda_check(op, cudaSetDevice(device_));
+  }
+
+  // Short waits first (a collective of a few bytes finishes in microseconds), then
+  // sleeps, so a long wait does not burn a core.
+  static void pause(int spins) {
+    if (spins < 200)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+
+  // An error NCCL found in the background (a peer's connection dropped, ...) since
+  // the last call.
+  void check_async(const char* op) {
+    ncclResult_t state = ncclSuccess;
+    check(op, ncclCommGetAsyncError(comm_, &state));
+    if (state != ncclSuccess && state != ncclInProgress) fail_op(op, reason(state));
+  }
+
+  // After a call on the non-blocking comm: an error is thrown; ncclInProgress is
+  // waited out until `deadline` (then the comm is aborted).
+  void settle(const char* op, ncclResult_t r, Clock::time_point deadline, const std::string& what) {
+    if (r != ncclSuccess && r != ncclInProgress) fail_op(op, reason(r));
+    if (!comm_) fail_op(op, reason(r) + " (no communicator was created)");
+    for (int spins = 0; r == ncclInProgress; ++spins) {
+      if (Clock::now() > deadline)
+        fail_op(op, "timed out after " + seconds_text(timeout_s_) + " " + what + "; communicator aborted");
+      pause(spins);
+      check(op, ncclCommGetAsyncError(comm_, &r));
+    }
+    if (r != ncclSuccess) fail_op(op, reason(r));
+  }
+
+  // One collective: enqueue on the stream, bounded wait for the enqueue to finish.
+  template <class F>
+  void run(const char* op, F&& call) {
+    enter(op);
+    check_async(op);
+    const auto deadline = Clock::now() + timeout_;
+    const ncclResult_t r = call();
+    settle(op, r, deadline, "enqueueing it (a peer may have exited or stalled)");
+  }
+
+  // Waits until the stream has run everything enqueued so far (this op and the
+  // compute before it), watching for NCCL errors, for at most the timeout.
+  void wait_stream(const char* op) {
+    const auto deadline = Clock::now() + timeout_;
+    for (int spins = 0;; ++spins) {
+      const cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) break;
+      if (e != cudaErrorNotReady) cuda_check(op, e);
+      check_async(op);
+      if (Clock::now() > deadline)
+        fail_op(op, "timed out after " + seconds_text(timeout_s_) +
+                        " waiting for the collective to complete (a peer may have exited, stalled, or be "
+                        "issuing different collectives); communicator aborted");
+      pause(spins);
+    }
+    check_async(op);
+  }
+
+  void same_dtype(const char* op, Tensor a, Tensor b) const {
+    ST_CHECK(a.dtype == b.dtype, who(), ": nccl ", op, " with mismatched dtypes ", dtype_name(a.dtype), " and ",
+             dtype_name(b.dtype));
+  }
+  void fits(const char* op, Tensor t, size_t n, const char* name) const {
+    ST_CHECK(t.numel >= n && (n == 0 || t.data), who(), ": nccl ", op, " needs ", n, " elements in ", name,
+             ", it has ", t.numel);
+  }
+
+  std::string prefix_;
+  int global_rank_, rank_, world_;
+  double timeout_s_;
+  Clock::duration timeout_;
+  cudaStream_t stream_;
+  int device_;
+  ncclComm_t comm_ = nullptr;
+  void* dev_ = nullptr;     // 2 doubles on the device
+  double* host_ = nullptr;  // 1 pinned double: all_reduce_sum's way in and out
+  std::string error_;       // the failure that aborted the comm
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_nccl_comm(TcpStore& store, const std::string& prefix, int rank, int world,
+                                     double timeout_s, Backend& backend, int global_rank) {
+  const int who = global_rank < 0 ? rank : global_rank;
+  ST_CHECK(world >= 1 && rank >= 0 && rank < world, "rank ", who, ": nccl group '", prefix, "': rank ", rank,
+           " outside a group of ", world);
+  ST_CHECK(timeout_s > 0, "rank ", who, ": nccl group '", prefix, "': timeout must be positive, got ", timeout_s);
+  ST_CHECK(backend.device() == Device::CUDA && backend.native_stream() != nullptr, "rank ", who,
+           ": the NCCL comm needs the CUDA backend, got ", backend.name());
+  // A workplace rule: NVLink multicast (NVLS) stays off unless the environment says
+  // otherwise. NCCL reads its variables once, at its first call, so this comes first.
+  ::setenv("NCCL_NVLS_ENABLE", "0", 0);
+  auto stream = static_cast<cudaStream_t>(backend.native_stream());
+  int device = 0;
+  if (const cudaError_t e = cudaStreamGetDevice(stream, &device); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("rank ", who, ": nccl init failed: cannot tell the backend stream's device: ", cudaGetErrorName(e), " (",
+         cudaGetErrorString(e), ")");
+  }
+  return std::make_unique<NcclComm>(store, prefix, rank, world, timeout_s, stream, device, global_rank);
+}
+
+}  // namespace st
+
+#else  // no CUDA in this build
+
+namespace st {
+
+std::unique_ptr<Comm> make_nccl_comm(TcpStore&, const std::string& prefix, int rank, int, double, Backend&, int) {
+  fail("rank ", rank, ": nccl group '", prefix, "': this build has no CUDA (nvcc was not found at configure time)");
+}
+
+}  // namespace st
+
+#endif
