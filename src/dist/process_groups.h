@@ -18,7 +18,8 @@ struct ProcessGroups {
 // Rendezvous through a TCP store served by rank 0 at env.master_addr:master_port,
 // then one communicator per group: Gloo for the CPU backend, NCCL for CUDA. Every
 // wait is bounded by timeout_s; a rank that never arrives is named in the error.
-// A world of 1 needs no network and returns single-process comms.
+// A world of 1 started by hand needs no network and gets single-process comms; on
+// CUDA, a world of 1 started by a launcher gets NCCL comms (the same path as many).
 ProcessGroups init_process_groups(const DistEnv& env, Backend& backend, int shard_group_size, double timeout_s);
 
 // A world of one process (defined with the single-process comm).
