@@ -10,24 +10,13 @@
 #include <sstream>
 #include <string>
 
+#include "support/shell.h"
+
 namespace {
 namespace fs = std::filesystem;
 
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr together
-};
-
-Result sh(const std::string& args) {
-  const std::string cmd = std::string(SHARDTRAIN_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using Result = st::testing::ShellResult;
+Result sh(const std::string& args) { return st::testing::run_shell(std::string(SHARDTRAIN_BINARY) + " " + args); }
 
 fs::path temp(const std::string& name) {
   fs::path p = fs::path(::testing::TempDir()) / ("st_cli_" + name);

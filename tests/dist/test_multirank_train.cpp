@@ -19,27 +19,13 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "support/shell.h"
 
 namespace {
 namespace fs = std::filesystem;
 
-struct Result {
-  int code;
-  std::string out;
-  double seconds;
-};
-
-Result sh(const std::string& cmd) {
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, s};
-}
+using Result = st::testing::ShellResult;
+Result sh(const std::string& cmd) { return st::testing::run_shell(cmd); }
 
 // A port range of this test process's own, so parallel ctest runs do not collide.
 int port(int k) { return 20000 + (getpid() % 2000) * 10 + k; }

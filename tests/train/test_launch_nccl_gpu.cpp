@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/shell.h"
 #include "../dist/fork_ranks.h"
 #include "backend/backend.h"
 
@@ -34,24 +35,11 @@ int gpu_count() {
 #endif
 }
 
-struct Result {
-  int code;
-  std::string out;
-  double seconds;
-};
-
+using Result = st::testing::ShellResult;
 Result sh(const std::string& cmd) {
   std::printf("$ %s\n", cmd.c_str());
   std::fflush(nullptr);
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, s};
+  return st::testing::run_shell(cmd);
 }
 
 bool contains(const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; }
