@@ -6,7 +6,7 @@ import argparse, glob, json, os
 
 
 def ours(run_dir, warmup):
-    steps = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+    steps = [r for r in map(json.loads, open(os.path.join(run_dir, "metrics.jsonl"))) if "step" in r]
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     timed = [s for s in steps if s["step"] > warmup]
     per_step = steps[1]["tokens"] - steps[0]["tokens"] if len(steps) > 1 else steps[0]["tokens"]

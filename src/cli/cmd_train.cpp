@@ -49,13 +49,24 @@ Command add_train_command(CLI::App& root) {
          "--init-from", [state](const std::string& dir) { state->overrides.emplace_back("model.init_from", dir); },
          "Hugging Face model directory to start from (same as --model.init_from)")
       ->trigger_on_parse();
+  app->add_option_function<std::string>(
+         "--expect-transport",
+         [state](const std::string& t) { state->overrides.emplace_back("fabric.expect_transport", t); },
+         "refuse to train unless NCCL uses this transport: efa, ib, socket, nvlink, shm (same as "
+         "--fabric.expect_transport)")
+      ->trigger_on_parse();
   add_config_options(*app, state->overrides);
   return {app, [state] {
             RunConfig cfg = load_run_config(state->config, state->overrides);
             const DistEnv env = detect_dist_env(environ_map());
             set_log_rank(env.rank, env.world);
             auto backend = make_backend(cfg.device, local_device(cfg.device, env));
-            ProcessGroups groups = init_process_groups(env, *backend, cfg.shard_group_size, cfg.timeout_s);
+            FabricOptions fabric;
+            fabric.transport = cfg.fabric_transport;
+            fabric.socket_ifname = cfg.fabric_socket_ifname;
+            fabric.expect_transport = cfg.fabric_expect_transport;
+            fabric.log_dir = cfg.fabric_log_dir.empty() ? cfg.out_dir + "/nccl" : cfg.fabric_log_dir;
+            ProcessGroups groups = init_process_groups(env, *backend, cfg.shard_group_size, cfg.timeout_s, &fabric);
             Trainer trainer(cfg, *backend, groups);
             trainer.run();
             return 0;

@@ -11,6 +11,8 @@
 // the same path as a multi-GPU job does.
 #include "dist/process_groups.h"
 
+#include <unistd.h>
+
 #include <string>
 
 #include "core/error.h"
@@ -18,10 +20,24 @@
 #include "dist/comm_gloo.h"
 #include "dist/comm_nccl.h"
 #include "dist/tcp_store.h"
+#include "fabric/nccl_log.h"
+#include "fabric/report.h"
 
 namespace st {
+namespace {
 
-ProcessGroups init_process_groups(const DistEnv& env, Backend& backend, int shard_group_size, double timeout_s) {
+// The host name as NCCL expands %h in NCCL_DEBUG_FILE: up to the first '.'.
+std::string short_host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  std::string h(buf);
+  return h.substr(0, h.find('.'));
+}
+
+}  // namespace
+
+ProcessGroups init_process_groups(const DistEnv& env, Backend& backend, int shard_group_size, double timeout_s,
+                                  const FabricOptions* fabric) {
   const int W = env.world;
   ST_CHECK(W >= 1 && env.rank >= 0 && env.rank < W, "rank ", env.rank, " outside a world of ", W);
   ST_CHECK(shard_group_size >= 0, "dist.shard_group_size must be 0 (all ranks) or positive, got ",
@@ -46,6 +62,9 @@ ProcessGroups init_process_groups(const DistEnv& env, Backend& backend, int shar
   const int g = env.rank / G, pos = env.rank % G;
 
   if (cuda) {
+    // NCCL reads its variables once, at its first call: the profile goes first.
+    FabricEnvPlan plan;
+    if (fabric) plan = apply_fabric_env(*fabric, env.rank, "");
     // Each communicator is set up collectively, in the same order on every rank
     // (world, then shard, then replicate), so no rank waits on a group another rank
     // has not reached. The store is needed only for that; the comms do not keep it.
@@ -58,6 +77,20 @@ ProcessGroups init_process_groups(const DistEnv& env, Backend& backend, int shar
     if (G < W)
       groups.replicate =
           make_nccl_comm(*store, "replicate" + std::to_string(pos), g, W / G, timeout_s, backend, env.rank);
+    if (fabric) {
+      // NCCL connects peers at the first collective, and only then logs the paths.
+      groups.world->barrier();
+      groups.shard->barrier();
+      if (groups.replicate) groups.replicate->barrier();
+      TransportSummary mine;
+      if (plan.debug_file.empty()) {
+        mine.log_file = "(NCCL_DEBUG_FILE is empty: NCCL logs to stdout)";
+      } else {
+        mine = parse_nccl_log_file(expand_debug_file(plan.debug_file, short_host_name(), static_cast<long>(::getpid())));
+      }
+      groups.fabric = std::make_shared<const FabricReport>(
+          gather_fabric_report(*store, env.rank, W, mine, plan, fabric->transport, timeout_s));
+    }
     // Rank 0 serves the store only while it exists, and the other shard or replicate
     // groups may still be fetching their ids when rank 0 is done with its own.
     store->barrier("nccl_groups", W, timeout_s);

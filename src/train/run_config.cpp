@@ -116,6 +116,20 @@ const std::vector<Key>& schema() {
         {"dist.timeout_s", &RunConfig::timeout_s,
          "seconds any rendezvous or collective may wait before the run fails naming the missing ranks", above(0)},
 
+        {"fabric.transport", &RunConfig::fabric_transport,
+         "network NCCL must use between nodes: efa (AWS OFI plugin on EFA), ib, socket, or auto (NCCL's "
+         "choice); forced ones make NCCL fail instead of falling back to sockets. Variables already in the "
+         "environment win",
+         {}, {"auto", "efa", "ib", "socket"}},
+        {"fabric.socket_ifname", &RunConfig::fabric_socket_ifname,
+         "NCCL_SOCKET_IFNAME (interfaces for bootstrap and the socket transport); empty = NCCL's choice"},
+        {"fabric.expect_transport", &RunConfig::fabric_expect_transport,
+         "refuse to train unless NCCL's log shows this transport: efa | ib | socket (inter-node paths), "
+         "nvlink | shm (intra-node paths); empty = report only",
+         {}, {"", "efa", "ib", "socket", "nvlink", "shm"}},
+        {"fabric.log_dir", &RunConfig::fabric_log_dir,
+         "directory for NCCL's INFO logs (one per rank); empty = <run.out_dir>/nccl"},
+
         {"run.out_dir", &RunConfig::out_dir, "directory for logs, config and checkpoints"},
         {"run.progress", &RunConfig::progress, "progress bar (auto: only on a terminal)", {},
          {"auto", "on", "off"}},

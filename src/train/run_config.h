@@ -50,6 +50,11 @@ struct RunConfig {
   // [dist]
   int shard_group_size = 0;            // dist.shard_group_size: 0 = shard over all ranks (FSDP); G = HSDP
   double timeout_s = 300;              // dist.timeout_s: limit on every collective and rendezvous wait
+  // [fabric] (NCCL only; see src/fabric/profile.h)
+  std::string fabric_transport = "auto";   // fabric.transport: auto | efa | ib | socket
+  std::string fabric_socket_ifname;        // fabric.socket_ifname: NCCL_SOCKET_IFNAME; "" = NCCL's choice
+  std::string fabric_expect_transport;     // fabric.expect_transport: "" | efa | ib | socket | nvlink | shm
+  std::string fabric_log_dir;              // fabric.log_dir: NCCL logs; "" = <run.out_dir>/nccl
   // [run]
   std::string out_dir = "runs/default";  // run.out_dir
   std::string progress = "auto";         // run.progress: auto | on | off

@@ -7,13 +7,15 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "fabric/report.h"
 #include "io/hf_checkpoint.h"
 #include "train/flops.h"
 
 namespace st {
 
 Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups)
-    : cfg_(cfg), be_(backend), comm_(*groups.world), shard_(*groups.shard), replicate_(groups.replicate.get()) {
+    : cfg_(cfg), be_(backend), comm_(*groups.world), shard_(*groups.shard), replicate_(groups.replicate.get()),
+      fabric_(groups.fabric) {
   layout_ = std::make_unique<ParamLayout>(cfg.model, shard_.world());
   FsdpOptions fo;
   fo.compute_dtype = backend.device() == Device::CPU ? DType::F32 : DType::BF16;
@@ -99,6 +101,15 @@ void Trainer::print_header() const {
   row("activations and scratch (one micro-batch)", model_->activation_bytes());
   row("workspace", be_.workspace_bytes());
   row("total (estimate)", total);
+  if (fabric_) {
+    for (const std::string& line : format_transport_report(*fabric_)) log_info(line);
+    if (!cfg_.fabric_expect_transport.empty()) {
+      const ExpectCheck c = check_expected_transport(*fabric_, cfg_.fabric_expect_transport);
+      std::string notes;
+      for (const std::string& n : c.notes) notes += "; " + n;
+      log_info("fabric: expect_transport " + cfg_.fabric_expect_transport + ": " + (c.ok ? "ok" : "MISMATCH") + notes);
+    }
+  }
   if (!cfg_.out_dir.empty()) log_info("output: " + cfg_.out_dir + "/metrics.jsonl");
 }
 
@@ -157,6 +168,11 @@ StepMetrics Trainer::step(int s) {
 TrainResult Trainer::run(bool verbose) {
   const bool rank0 = comm_.rank() == 0;
   const bool out = verbose && rank0;
+  // Before anything is written: an expectation nothing can check is an error.
+  ST_CHECK(cfg_.fabric_expect_transport.empty() || fabric_, "fabric.expect_transport=", cfg_.fabric_expect_transport,
+           " checks NCCL's transport, but this run has no NCCL communicator (",
+           be_.device() == Device::CPU ? "the CPU backend uses Gloo" : "a world of 1 not started by a launcher",
+           "); drop it, or run on GPUs under `shardtrain launch`");
   std::unique_ptr<MetricsLog> metrics;
   if (rank0 && !cfg_.out_dir.empty()) {
     std::error_code ec;
@@ -168,6 +184,10 @@ TrainResult Trainer::run(bool verbose) {
   // Refuse an export target that would fail only after the whole run.
   if (rank0 && !cfg_.export_dir.empty()) check_export_dir(cfg_.export_dir, false);
   if (out) print_header();
+  // The transport report goes in before the first step, and a run on the wrong
+  // fabric stops here, on every rank, before any step has run.
+  if (metrics && fabric_) metrics->write(nlohmann::json{{"transport_report", to_json(*fabric_)}});
+  if (!cfg_.fabric_expect_transport.empty()) require_expected_transport(*fabric_, cfg_.fabric_expect_transport);
   ProgressBar bar(out ? cfg_.progress : "off");
 
   TrainResult r;

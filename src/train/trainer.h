@@ -51,6 +51,7 @@ class Trainer {
   Comm& comm_;   // the whole world: data positions, loss and token counts
   Comm& shard_;  // the ranks that shard the model together
   Comm* replicate_;
+  std::shared_ptr<const FabricReport> fabric_;  // NCCL runs: the transport report (null otherwise)
   std::unique_ptr<ParamLayout> layout_;
   std::unique_ptr<Fsdp> fsdp_;
   std::unique_ptr<Qwen2Model> model_;

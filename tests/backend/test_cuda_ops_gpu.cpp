@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <tuple>
@@ -428,7 +429,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                            AttnShape{2, 33, 2, 1, 16},     // hd 16 (padded to 32)
                                            AttnShape{3, 65, 6, 3, 48},     // hd 48 (padded to 64)
                                            AttnShape{2, 1, 2, 1, 32},      // T = 1
-                                           AttnShape{1, 130, 2, 2, 32}),   // several tiles, hd 32
+                                           AttnShape{1, 130, 2, 2, 32},    // several tiles, hd 32
+                                           // The FlashAttention-2 kernels (BF16, hd 64 and 128):
+                                           AttnShape{2, 1, 4, 2, 64},      // T = 1
+                                           AttnShape{1, 1, 4, 2, 128},     // T = 1
+                                           AttnShape{2, 300, 6, 2, 64},    // several tiles, T not a multiple
+                                           AttnShape{2, 257, 4, 4, 64},    // KV == H, several tiles
+                                           AttnShape{1, 256, 2, 1, 128},   // T a multiple of every tile
+                                           AttnShape{1, 517, 12, 2, 128}), // 1.5B heads, several tiles
                          [](const auto& info) {
                            const AttnShape& s = info.param;
                            return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "H" +
@@ -437,16 +445,71 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          });
 
 // Not a check: the speed of the attention kernels at Qwen2.5-1.5B's shape, for the
-// performance log. Run with --gtest_also_run_disabled_tests.
+// performance log. Run with --gtest_also_run_disabled_tests. Times the legacy kernels
+// (SHARDTRAIN_ATTENTION=legacy) and the FlashAttention-2 ones at hd 128 and 64, and
+// checks the FA2 results against the legacy kernels' at this shape (both are checked
+// against the CPU at small shapes above).
 TEST_F(CudaOps, DISABLED_AttentionSpeed) {
   if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const int B = 4, T = 2048, H = 12, KV = 2, hd = 128;
-  const size_t rows = size_t(B) * T, nqkv = rows * (H + 2 * KV) * hd, nout = rows * H * hd;
-  Tensor qkv = gpu_from(randv(nqkv, -2, 2), DType::BF16), out = make(gpu(), DType::BF16, nout);
-  Tensor lse = make(gpu(), DType::F32, size_t(B) * H * T), dqkv = make(gpu(), DType::BF16, nqkv);
-  Tensor dout = gpu_from(randv(nout), DType::BF16);
+  struct Env {  // restores the default on the way out, whatever happens
+    ~Env() { unsetenv("SHARDTRAIN_ATTENTION"); }
+  } env_guard;
+  const int B = 4, T = 2048, H = 12, KV = 2;
+  for (const int hd : {128, 64}) {
+    const size_t rows = size_t(B) * T, nqkv = rows * (H + 2 * KV) * hd, nout = rows * H * hd;
+    Tensor qkv = gpu_from(randv(nqkv, -2, 2), DType::BF16), out = make(gpu(), DType::BF16, nout);
+    Tensor lse = make(gpu(), DType::F32, size_t(B) * H * T), dqkv = make(gpu(), DType::BF16, nqkv);
+    Tensor dout = gpu_from(randv(nout), DType::BF16);
+    Tensor out_ref = make(gpu(), DType::BF16, nout), lse_ref = make(gpu(), DType::F32, size_t(B) * H * T);
+    Tensor dqkv_ref = make(gpu(), DType::BF16, nqkv);
+    auto time_ms = [&](auto&& fn) {
+      for (int i = 0; i < 3; i++) fn();  // warm-up
+      gpu().synchronize();
+      const int reps = 20;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < reps; i++) fn();
+      gpu().synchronize();
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+    };
+    // Causal: half of the 4·B·H·T²·hd forward FLOPs; the backward does 2.5x the forward's work.
+    const double flop = 4.0 * B * H * double(T) * T * hd / 2;
+    auto report = [&](const char* name, double fwd, double bwd) {
+      std::printf("attention %-14s B=%d T=%d H=%d KV=%d hd=%d: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms "
+                  "(%.1f TFLOP/s)\n",
+                  name, B, T, H, KV, hd, fwd, flop / fwd * 1e-9, bwd, 2.5 * flop / bwd * 1e-9);
+    };
+    // Legacy: the reference results and times. Both backward runs read the legacy forward's out and lse.
+    setenv("SHARDTRAIN_ATTENTION", "legacy", 1);
+    const double lf = time_ms([&] { gpu().attention_forward(out_ref, lse_ref, qkv, B, T, H, KV, hd); });
+    const double lb =
+        time_ms([&] { gpu().attention_backward(dqkv_ref, dout, out_ref, lse_ref, qkv, B, T, H, KV, hd); });
+    report("legacy", lf, lb);
+    const Vec o_ref = get(out_ref), l_ref = get(lse_ref), d_ref = get(dqkv_ref);
+    unsetenv("SHARDTRAIN_ATTENTION");
+    gpu().fill(out, NAN), gpu().fill(lse, NAN), gpu().fill(dqkv, NAN);
+    for (const char* run : {"fa2", "fa2 (again)"}) {  // twice: the spread between runs is the noise
+      const double f = time_ms([&] { gpu().attention_forward(out, lse, qkv, B, T, H, KV, hd); });
+      const double b = time_ms([&] { gpu().attention_backward(dqkv, dout, out_ref, lse_ref, qkv, B, T, H, KV, hd); });
+      report(run, f, b);
+    }
+    const std::string tagv = " hd=" + std::to_string(hd) + " vs legacy";
+    expect_close("fa2 out" + tagv, get(out), o_ref, 1e-2);
+    expect_close("fa2 lse" + tagv, get(lse), l_ref, 1e-5);
+    const Vec g = get(dqkv);
+    const int row = (H + 2 * KV) * hd;
+    for (auto [name, lo, hi] : {std::tuple{"dq", 0, H * hd}, std::tuple{"dk", H * hd, (H + KV) * hd},
+                                std::tuple{"dv", (H + KV) * hd, row}}) {
+      Vec gp, cp;
+      for (size_t r = 0; r < rows; r++)
+        for (int i = lo; i < hi; i++) gp.push_back(g[r * row + i]), cp.push_back(d_ref[r * row + i]);
+      expect_close(std::string("fa2 ") + name + tagv, gp, cp, 1e-2);
+    }
+  }
+
+  // The MLP's gate_up GEMM at the same token count, for scale (cuBLASLt).
+  const int N = B * T, IC = 1536, OC = 2 * 8960;
   auto time_ms = [&](auto&& fn) {
-    fn();  // warm-up
+    fn();
     gpu().synchronize();
     const int reps = 5;
     const auto t0 = std::chrono::steady_clock::now();
@@ -454,15 +517,6 @@ TEST_F(CudaOps, DISABLED_AttentionSpeed) {
     gpu().synchronize();
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
   };
-  const double fwd = time_ms([&] { gpu().attention_forward(out, lse, qkv, B, T, H, KV, hd); });
-  const double bwd = time_ms([&] { gpu().attention_backward(dqkv, dout, out, lse, qkv, B, T, H, KV, hd); });
-  // Causal: half of the 4·B·H·T²·hd forward FLOPs; the backward does 2.5x the forward's work.
-  const double flop = 4.0 * B * H * double(T) * T * hd / 2;
-  std::printf("attention B=%d T=%d H=%d KV=%d hd=%d: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
-              B, T, H, KV, hd, fwd, flop / fwd * 1e-9, bwd, 2.5 * flop / bwd * 1e-9);
-
-  // The MLP's gate_up GEMM at the same token count, for scale (cuBLASLt).
-  const int N = B * T, IC = 1536, OC = 2 * 8960;
   Tensor x = gpu_from(randv(size_t(N) * IC), DType::BF16), w = gpu_from(randv(size_t(OC) * IC), DType::BF16);
   Tensor y = make(gpu(), DType::BF16, size_t(N) * OC), dw = make(gpu(), DType::F32, size_t(OC) * IC);
   const double mf = time_ms([&] { gpu().matmul_forward(y, x, w, Tensor{}, N, IC, OC); });

@@ -46,7 +46,10 @@ std::vector<double> losses(const fs::path& metrics) {
   std::vector<double> out;
   std::ifstream in(metrics);
   std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("step")) out.push_back(j.at("loss").get<double>());  // skip e.g. transport_report
+  }
   return out;
 }
 

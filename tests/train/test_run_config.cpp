@@ -128,7 +128,7 @@ TEST(RunConfig, UnknownKeyListsTheSectionsKeys) {
 TEST(RunConfig, UnknownSectionAndTopLevelKey) {
   std::string msg = error_of([&] { load_run_config(write_toml("sec", "[trian]\nsteps = 3\n"), {}); });
   EXPECT_HAS(msg, "unknown section [trian]");
-  EXPECT_HAS(msg, "[model], [train], [optim], [data], [dist], [run]");
+  EXPECT_HAS(msg, "[model], [train], [optim], [data], [dist], [fabric], [run]");
   msg = error_of([&] { load_run_config(write_toml("top", "steps = 3\n"), {}); });
   EXPECT_HAS(msg, "unknown key 'steps'");
   EXPECT_HAS(msg, "keys belong in a section");

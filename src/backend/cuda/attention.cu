@@ -19,6 +19,10 @@
 // Head dims are padded with zeros to HDP in {32, 64, 128} in shared memory, so any
 // hd <= 128 works; rows past T are zero-filled and masked.
 //
+// These kernels serve the all-F32 path and head dims other than 64 and 128; BF16 at
+// hd 64 / 128 goes to the FlashAttention-2 kernels of attention_fa2*.cu (cuda_backend.cpp
+// picks; SHARDTRAIN_ATTENTION=legacy forces these).
+//
 // Speed (H200, B=4 T=2048 H=12 KV=2 hd=128, bf16): forward 1.18 ms (44 TFLOP/s),
 // backward 3.9 ms (33 TFLOP/s); FlashAttention-2 does several times better. Known
 // limits: tile loads are synchronous (no cp.async / TMA double buffering), score

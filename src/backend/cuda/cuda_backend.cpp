@@ -12,6 +12,9 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 #include <memory>
 
 #include "backend/backend.h"
@@ -188,6 +191,7 @@ class CudaBackend final : public Backend {
     use_device();
     ST_CUDA(cudaStreamSynchronize(stream_));
   }
+  void* native_stream() override { return stream_; }
 
   // ---- element-wise -------------------------------------------------------------------
 
@@ -345,6 +349,10 @@ class CudaBackend final : public Backend {
     check_buf(op, "lse", lse, DType::F32, rows * H);
     check_buf(op, "qkv", qkv, dt, rows * (H + 2 * KV) * hd);
     use_device();
+    if (dt == DType::BF16 && use_fa2(false, hd, {out.data, qkv.data})) {
+      cuda::attention_forward_fa2(out.as<bf16>(), lse.as<float>(), qkv.as<bf16>(), B, T, H, KV, hd, stream_);
+      return;
+    }
     dispatch(dt, [&](auto tag) {
       using T_ = decltype(tag);
       cuda::attention_forward(out.as<T_>(), lse.as<float>(), qkv.as<T_>(), B, T, H, KV, hd, stream_);
@@ -362,6 +370,11 @@ class CudaBackend final : public Backend {
     check_buf(op, "lse", lse, DType::F32, rows * H);
     check_buf(op, "qkv", qkv, dt, rows * (H + 2 * KV) * hd);
     use_device();
+    if (dt == DType::BF16 && use_fa2(true, hd, {dqkv.data, dout.data, out.data, qkv.data})) {
+      cuda::attention_backward_fa2(dqkv.as<bf16>(), dout.as<bf16>(), out.as<bf16>(), lse.as<float>(), qkv.as<bf16>(),
+                                   B, T, H, KV, hd, stream_);
+      return;
+    }
     dispatch(dt, [&](auto tag) {
       using T_ = decltype(tag);
       cuda::attention_backward(dqkv.as<T_>(), dout.as<T_>(), out.as<T_>(), lse.as<float>(), qkv.as<T_>(), B, T, H,
@@ -442,6 +455,21 @@ class CudaBackend final : public Backend {
     check_dim(op, "B", B), check_dim(op, "T", T), check_dim(op, "H", H), check_dim(op, "KV", KV),
         check_dim(op, "hd", hd);
     ST_CHECK(H % KV == 0, op, ": H=", H, " is not a multiple of KV=", KV);
+  }
+  // The FlashAttention-2 kernels (attention_fa2*.cu) take the BF16 path at hd 64 and 128
+  // with 16-byte aligned buffers; the legacy kernels (attention.cu) everything else.
+  // SHARDTRAIN_ATTENTION=legacy (or fa2-fwd / fa2-bwd: only that direction) forces the
+  // legacy kernels, for comparisons; read on every call, so a test can switch it.
+  static bool use_fa2(bool backward, int hd, std::initializer_list<const void*> bufs) {
+    if (hd != 64 && hd != 128) return false;
+    for (const void* b : bufs)
+      if (reinterpret_cast<uintptr_t>(b) % 16 != 0) return false;
+    const char* e = std::getenv("SHARDTRAIN_ATTENTION");
+    if (!e || !*e || std::strcmp(e, "fa2") == 0) return true;
+    if (std::strcmp(e, "legacy") == 0) return false;
+    if (std::strcmp(e, "fa2-fwd") == 0) return !backward;
+    if (std::strcmp(e, "fa2-bwd") == 0) return backward;
+    fail("SHARDTRAIN_ATTENTION=", e, ": expected legacy, fa2, fa2-fwd or fa2-bwd");
   }
   static void check_attention(const char* op, int B, int T, int H, int KV, int hd) {
     check_heads(op, B, T, H, KV, hd);
