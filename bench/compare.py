@@ -29,7 +29,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     a = ap.parse_args()
     rows = []
-    for d in sorted(glob.glob(os.path.join(a.out, "ours_mb*"))):
+    for d in sorted(p for p in glob.glob(os.path.join(a.out, "ours_mb*")) if os.path.isdir(p)):
         try:
             rows.append(ours(d, a.warmup))
         except (OSError, ValueError, KeyError, IndexError) as e:

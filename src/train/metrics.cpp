@@ -29,7 +29,7 @@ std::string format_step_line(const StepMetrics& m) {
                 m.total_steps, m.loss, m.lr, m.grad_norm, human_count(m.tokens_per_s).c_str());
   std::string line = buf;
   if (m.mfu > 0) {
-    std::snprintf(buf, sizeof buf, " | %.0f TFLOP/s | MFU %.1f%%", m.tflops, 100 * m.mfu);
+    std::snprintf(buf, sizeof buf, " | %.3g TFLOP/s | MFU %.1f%%", m.tflops, 100 * m.mfu);
     line += buf;
   }
   return line + " | elapsed " + format_duration(m.elapsed_s);
