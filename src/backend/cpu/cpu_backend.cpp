@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/op_checks.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
 
@@ -13,17 +14,6 @@ namespace st {
 namespace {
 
 // ---- argument checks ------------------------------------------------------------
-
-void check_dim(const char* op, const char* name, long long v) {
-  ST_CHECK(v > 0, op, ": ", name, " must be positive, got ", v);
-}
-
-// `t` must hold at least `count` elements of dtype `dt`.
-void check_buf(const char* op, const char* name, Tensor t, DType dt, size_t count) {
-  ST_CHECK(!t.empty(), op, ": ", name, " is empty (needs ", count, " elements)");
-  ST_CHECK(t.dtype == dt, op, ": ", name, " is ", dtype_name(t.dtype), ", expected ", dtype_name(dt));
-  ST_CHECK(t.numel >= count, op, ": ", name, " holds ", t.numel, " elements, needs ", count);
-}
 
 // The activation dtype of an op, taken from its first float argument: F32 or F64.
 DType act_dtype(const char* op, const char* name, Tensor t) {

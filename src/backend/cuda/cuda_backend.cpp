@@ -6,6 +6,7 @@
 // gradients, statistics (rstd, lse, losses) and AdamW state are F32; ids are I32.
 // Everything is enqueued on one stream; upload, download, sum_squares and the id
 // checks synchronise it, since they hand results to the host.
+#include "backend/op_checks.h"
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -44,17 +45,6 @@ namespace {
 using cuda::bf16;
 
 // ---- argument checks ------------------------------------------------------------------
-
-void check_dim(const char* op, const char* name, long long v) {
-  ST_CHECK(v > 0, op, ": ", name, " must be positive, got ", v);
-}
-
-// `t` must hold at least `count` elements of dtype `dt`.
-void check_buf(const char* op, const char* name, Tensor t, DType dt, size_t count) {
-  ST_CHECK(!t.empty(), op, ": ", name, " is empty (needs ", count, " elements)");
-  ST_CHECK(t.dtype == dt, op, ": ", name, " is ", dtype_name(t.dtype), ", expected ", dtype_name(dt));
-  ST_CHECK(t.numel >= count, op, ": ", name, " holds ", t.numel, " elements, needs ", count);
-}
 
 // The activation dtype of an op, taken from one of its activation arguments.
 DType act_dtype(const char* op, const char* name, Tensor t) {
