@@ -89,8 +89,8 @@ void Qwen2Model::forward_blocks(ParamProvider& params) {
   }
 }
 
-LossSum Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int ignore_index,
-                         float* logits_out) {
+LossSum Qwen2Model::head(ParamProvider& params, const int32_t* host_targets, bool grad, float dloss_scale,
+                         int ignore_index, float* logits_out) {
   const size_t C = C_, V = V_;
   const int fu = layout_.final_unit(), hu = layout_.lm_head_unit();
   Tensor wf = params.acquire(fu, Pass::Forward);
@@ -134,10 +134,9 @@ LossSum Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, in
   params.release(fu, Pass::Forward);
   if (grad) params.grad_ready(fu);
 
-  // Sum the per-token losses on the host, in double.
+  // Sum the per-token losses on the host, in double (targets: the caller's host copy).
   LossSum out;
-  std::vector<int32_t> tg(N_);
-  be_.download(tg.data(), targets_);
+  const int32_t* tg = host_targets;
   if (st_ == DType::F64) {
     std::vector<double> ls(N_);
     be_.download(ls.data(), losses_);
@@ -192,7 +191,7 @@ LossSum Qwen2Model::forward_backward(ParamProvider& params, const int32_t* token
   if (!tied) params.release(eu, Pass::Forward);
 
   forward_blocks(params);
-  LossSum loss = head(params, true, dloss_scale, ignore_index, nullptr);
+  LossSum loss = head(params, targets, true, dloss_scale, ignore_index, nullptr);
   backward_blocks(params);
 
   if (!tied) params.acquire(eu, Pass::Backward);
@@ -213,7 +212,7 @@ LossSum Qwen2Model::forward(ParamProvider& params, const int32_t* tokens, const 
   be_.embedding_forward(resid_[0], tokens_, we.slice(layout_.embed_offset(), V * C), N_, C_, V_);
   if (!tied) params.release(eu, Pass::Forward);
   forward_blocks(params);
-  LossSum loss = head(params, false, 0.0f, ignore_index, logits_out);
+  LossSum loss = head(params, targets, false, 0.0f, ignore_index, logits_out);
   if (tied) params.release(eu, Pass::Forward);
   return loss;
 }

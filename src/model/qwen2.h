@@ -40,7 +40,8 @@ class Qwen2Model {
 
  private:
   void forward_blocks(ParamProvider& params);
-  LossSum head(ParamProvider& params, bool grad, float dloss_scale, int ignore_index, float* logits_out);
+  LossSum head(ParamProvider& params, const int32_t* host_targets, bool grad, float dloss_scale, int ignore_index,
+               float* logits_out);
   void backward_blocks(ParamProvider& params);
 
   const ParamLayout& layout_;
