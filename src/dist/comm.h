@@ -1,8 +1,22 @@
 // The collective-communication interface FSDP is written against. Implementations:
 // a single-process one (world 1) here; NCCL (GPU) and Gloo (CPU, TCP) plug in
 // behind the same calls. Buffers live where the backend keeps its tensors.
+//
+// Ordering. A collective reads its inputs after all backend work enqueued before the
+// call, and backend work enqueued after the call (or, for the *_async forms, after
+// wait()) sees its result. The synchronous forms behave as if the collective ran at
+// the point of the call. The *_async forms return at once; until wait(work) the
+// caller must neither read the outputs nor modify, reuse or free the inputs and
+// outputs. wait() does not block the host where the backend has streams: it orders
+// the backend's later work after the collective. Implementations without a separate
+// communication stream (single process, Gloo) complete the collective inside the
+// *_async call and wait() has nothing left to do.
+//
+// In place: all_gather may be given send == recv's slot of this rank
+// (recv + rank * count); all_reduce and broadcast are always in place.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "backend/tensor.h"
@@ -10,6 +24,11 @@
 namespace st {
 
 class Backend;
+
+// A collective started by one of the *_async calls; id 0 is one already complete.
+struct CommWork {
+  uint64_t id = 0;
+};
 
 class Comm {
  public:
@@ -27,6 +46,23 @@ class Comm {
   virtual void barrier() = 0;
   // Sum of a host scalar over ranks (losses, token counts, squared norms).
   virtual double all_reduce_sum(double value) = 0;
+
+  // Asynchronous forms of the three bulk collectives (see Ordering above).
+  virtual CommWork all_gather_async(Tensor recv, Tensor send, size_t count) {
+    all_gather(recv, send, count);
+    return {};
+  }
+  virtual CommWork reduce_scatter_async(Tensor recv, Tensor send, size_t count) {
+    reduce_scatter(recv, send, count);
+    return {};
+  }
+  virtual CommWork all_reduce_async(Tensor buf, size_t count) {
+    all_reduce(buf, count);
+    return {};
+  }
+  // Backend work enqueued after this call sees the collective's results, and its
+  // buffers may be reused or freed from then on. Waiting twice is harmless.
+  virtual void wait(CommWork) {}
 };
 
 // World of one: every collective is a copy (or nothing).

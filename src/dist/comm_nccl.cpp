@@ -4,16 +4,20 @@
 //   all_reduce      ncclAllReduce, sum, in place
 //   broadcast       ncclBroadcast, in place
 //   barrier         ncclAllReduce of one double in a persistent device buffer, then a
-//                   bounded wait for the stream
+//                   bounded wait for the communication stream
 //   all_reduce_sum  the same buffer: host value in, ncclAllReduce, copied back, bounded
 //                   wait
 //
-// Streams. Everything is enqueued on the backend's stream (Backend::native_stream()),
-// the one its kernels and cudaMallocAsync/cudaFreeAsync run on: a gather is ordered
-// after the copy that filled its send buffer and before the kernels that read the
-// result, and a buffer freed after a collective is not reused before it ran, all
-// without events. The price is no overlap of communication with compute; moving the
-// collectives to a second stream (with events both ways) is a later step.
+// Streams. Every collective of the communicator runs on its own stream (created at
+// the highest priority, so its kernels get SMs as soon as compute blocks retire),
+// which serialises them in issue order, the same on every rank. Before each one the
+// communication stream waits for an event recorded on the backend's compute stream
+// (Backend::native_stream()): the collective reads what the kernels before it wrote.
+// After it, an event is recorded on the communication stream; wait() makes the compute
+// stream wait for that event, so the compute work enqueued afterwards (kernels that
+// read the result, cudaFreeAsync of the buffers) is ordered after the collective, with
+// no host wait. Between the *_async call and wait() compute and communication
+// overlap. The synchronous forms are the async ones followed at once by wait().
 //
 // Waits. The communicator is created non-blocking (config.blocking = 0): NCCL calls
 // return at once, possibly with ncclInProgress, and ncclCommGetAsyncError reports
@@ -27,13 +31,14 @@
 // stream (the collective is not on the stream yet), so each operation waits for
 // that before returning.
 //
-// What is not bounded: the collectives without a host wait (all_gather,
-// reduce_scatter, all_reduce, broadcast) return once enqueued, and the backend's
-// own stream synchronisations (download, sum_squares) wait for them without a
-// limit. A peer that dies is caught by the launcher (it stops the other ranks); an
-// error NCCL detects in the background is reported by the next operation here. A
-// watchdog thread that aborts a collective stuck past the timeout belongs with the
-// second stream.
+// Watchdog. Collectives enqueued without a host wait are watched by a thread of the
+// comm: it polls the completion event of the oldest one, and when that has been the
+// oldest for longer than the timeout (a peer died, stalled, or issued different
+// collectives) it aborts the communicator, which ends NCCL's kernels so the streams
+// drain, prints the reason on stderr, and every later call of this comm throws it
+// ("rank 3: nccl reduce_scatter #812 did not complete within 300 s ..."). The clock
+// of an operation starts when it was enqueued or when the one before it completed,
+// whichever is later, so an operation queued behind slow ones is not blamed for them.
 #include "dist/comm_nccl.h"
 
 #include "core/error.h"
@@ -43,10 +48,16 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -95,10 +106,18 @@ class NcclComm final : public Comm {
       release();  // the destructor does not run for a constructor that throws
       throw;
     }
+    watchdog_ = std::thread([this] { watch(); });
   }
 
   ~NcclComm() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
     (void)cudaSetDevice(device_);
+    std::lock_guard<std::mutex> lk(comm_mu_);
     if (comm_) {
       // Unwinding from an error: the other ranks may never get here, so do not wait
       // for them. Otherwise finalize (flushes this rank's operations, bounded) and
@@ -128,31 +147,41 @@ class NcclComm final : public Comm {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
 
-  void all_gather(Tensor recv, Tensor send, size_t count) override {
+  void all_gather(Tensor recv, Tensor send, size_t count) override { wait(all_gather_async(recv, send, count)); }
+  void reduce_scatter(Tensor recv, Tensor send, size_t count) override {
+    wait(reduce_scatter_async(recv, send, count));
+  }
+  void all_reduce(Tensor buf, size_t count) override { wait(all_reduce_async(buf, count)); }
+
+  CommWork all_gather_async(Tensor recv, Tensor send, size_t count) override {
     const char* op = "all_gather";
     same_dtype(op, recv, send);
     fits(op, send, count, "send");
     fits(op, recv, count * world_, "recv");
-    if (count == 0) return;
-    run(op, [&] { return ncclAllGather(send.data, recv.data, count, nccl_dtype(send.dtype), comm_, stream_); });
+    if (count == 0) return {};
+    return launch(op, [&] {
+      return ncclAllGather(send.data, recv.data, count, nccl_dtype(send.dtype), comm_, cstream_);
+    });
   }
 
-  void reduce_scatter(Tensor recv, Tensor send, size_t count) override {
+  CommWork reduce_scatter_async(Tensor recv, Tensor send, size_t count) override {
     const char* op = "reduce_scatter";
     same_dtype(op, recv, send);
     fits(op, send, count * world_, "send");
     fits(op, recv, count, "recv");
-    if (count == 0) return;
-    run(op, [&] {
-      return ncclReduceScatter(send.data, recv.data, count, nccl_dtype(send.dtype), ncclSum, comm_, stream_);
+    if (count == 0) return {};
+    return launch(op, [&] {
+      return ncclReduceScatter(send.data, recv.data, count, nccl_dtype(send.dtype), ncclSum, comm_, cstream_);
     });
   }
 
-  void all_reduce(Tensor buf, size_t count) override {
+  CommWork all_reduce_async(Tensor buf, size_t count) override {
     const char* op = "all_reduce";
     fits(op, buf, count, "buf");
-    if (count == 0) return;
-    run(op, [&] { return ncclAllReduce(buf.data, buf.data, count, nccl_dtype(buf.dtype), ncclSum, comm_, stream_); });
+    if (count == 0) return {};
+    return launch(op, [&] {
+      return ncclAllReduce(buf.data, buf.data, count, nccl_dtype(buf.dtype), ncclSum, comm_, cstream_);
+    });
   }
 
   void broadcast(Tensor buf, size_t count, int root) override {
@@ -161,34 +190,70 @@ class NcclComm final : public Comm {
              world_);
     fits(op, buf, count, "buf");
     if (count == 0) return;
-    run(op, [&] { return ncclBroadcast(buf.data, buf.data, count, nccl_dtype(buf.dtype), root, comm_, stream_); });
+    wait(launch(op, [&] {
+      return ncclBroadcast(buf.data, buf.data, count, nccl_dtype(buf.dtype), root, comm_, cstream_);
+    }));
+  }
+
+  void wait(CommWork work) override {
+    if (work.id == 0) return;
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!watchdog_error_.empty()) throw Error(watchdog_error_);
+    // The queue is in id order; one that left it has completed on the device.
+    for (const Pending& p : pending_) {
+      if (p.id < work.id) continue;
+      if (p.id == work.id) {
+        const cudaError_t e = cudaStreamWaitEvent(stream_, p.done, 0);
+        if (e != cudaSuccess) {
+          (void)cudaGetLastError();
+          fail(who(), ": nccl wait for ", p.op, " #", p.id, " failed: CUDA error ", cudaGetErrorName(e), " (",
+               cudaGetErrorString(e), ")");
+        }
+      }
+      break;
+    }
   }
 
   void barrier() override {
     const char* op = "barrier";
+    std::lock_guard<std::mutex> lk(comm_mu_);
     double* slot = static_cast<double*>(dev_) + 1;
     enter(op);
-    cuda_check(op, cudaMemsetAsync(slot, 0, sizeof(double), stream_));  // the value is not used; keep it finite
-    run(op, [&] { return ncclAllReduce(slot, slot, 1, ncclFloat64, ncclSum, comm_, stream_); });
+    after_compute(op);
+    cuda_check(op, cudaMemsetAsync(slot, 0, sizeof(double), cstream_));  // the value is not used; keep it finite
+    run(op, [&] { return ncclAllReduce(slot, slot, 1, ncclFloat64, ncclSum, comm_, cstream_); });
     wait_stream(op);
   }
 
   double all_reduce_sum(double value) override {
     const char* op = "all_reduce_sum";
+    std::lock_guard<std::mutex> lk(comm_mu_);
     double* sum = static_cast<double*>(dev_);
     enter(op);
+    after_compute(op);
     *host_ = value;
-    cuda_check(op, cudaMemcpyAsync(sum, host_, sizeof(double), cudaMemcpyHostToDevice, stream_));
-    run(op, [&] { return ncclAllReduce(sum, sum, 1, ncclFloat64, ncclSum, comm_, stream_); });
-    cuda_check(op, cudaMemcpyAsync(host_, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    cuda_check(op, cudaMemcpyAsync(sum, host_, sizeof(double), cudaMemcpyHostToDevice, cstream_));
+    run(op, [&] { return ncclAllReduce(sum, sum, 1, ncclFloat64, ncclSum, comm_, cstream_); });
+    cuda_check(op, cudaMemcpyAsync(host_, sum, sizeof(double), cudaMemcpyDeviceToHost, cstream_));
     wait_stream(op);
     return *host_;
   }
 
  private:
+  struct Pending {
+    uint64_t id;
+    const char* op;
+    cudaEvent_t done;
+    Clock::time_point since;  // enqueued, or when the one before it completed
+  };
+
   void init(TcpStore& store) {
     const char* op = "init";
     cuda_check(op, cudaSetDevice(device_));
+    int least = 0, greatest = 0;
+    cuda_check(op, cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cuda_check(op, cudaStreamCreateWithPriority(&cstream_, cudaStreamNonBlocking, greatest));
+    cuda_check(op, cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     // Scratch for barrier and all_reduce_sum, kept for the comm's life so those two
     // allocate nothing per call: [0] the sum, [1] the barrier's dummy.
     cuda_check(op, cudaMalloc(&dev_, 2 * sizeof(double)));
@@ -228,11 +293,21 @@ class NcclComm final : public Comm {
                " rank(s) (a peer may not have reached it, or the ranks cannot reach each other)");
   }
 
+  // Device resources; the stream and events only once nothing can still use them
+  // (CUDA releases them when the work queued on them is done).
   void release() noexcept {
     if (dev_) (void)cudaFree(dev_);
     if (host_) (void)cudaFreeHost(host_);
     dev_ = nullptr;
     host_ = nullptr;
+    for (const Pending& p : pending_) (void)cudaEventDestroy(p.done);
+    for (cudaEvent_t e : spare_events_) (void)cudaEventDestroy(e);
+    pending_.clear();
+    spare_events_.clear();
+    if (ready_) (void)cudaEventDestroy(ready_);
+    if (cstream_) (void)cudaStreamDestroy(cstream_);
+    ready_ = nullptr;
+    cstream_ = nullptr;
   }
 
   std::string who() const {
@@ -251,7 +326,7 @@ class NcclComm final : public Comm {
   }
 
   // Aborts the communicator (the other ranks' collectives then fail or time out
-  // instead of waiting for this one forever) and throws.
+  // instead of waiting for this one forever) and throws. Called with comm_mu_ held.
   [[noreturn]] void fail_op(const char* op, const std::string& why) {
     if (comm_) {
       (void)ncclCommAbort(comm_);
@@ -273,7 +348,11 @@ class NcclComm final : public Comm {
     if (r != ncclSuccess) fail_op(op, reason(r));
   }
 
-  void usable(const char* op) const {
+  void usable(const char* op) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!watchdog_error_.empty()) throw Error(watchdog_error_);
+    }
     if (!comm_ && !error_.empty())
       fail(who(), ": nccl ", op, " failed: the communicator was aborted after an earlier failure (", error_, ")");
     ST_CHECK(comm_ != nullptr, who(), ": nccl ", op, " failed: no communicator");
@@ -284,6 +363,14 @@ class NcclComm final : public Comm {
   void enter(const char* op) {
     usable(op);
     cuda_check(op, cudaSetDevice(device_));
+  }
+
+  // The communication stream waits for everything enqueued on the compute stream so
+  // far. (One event serves every call: a wait takes the event's state when it is
+  // enqueued, so re-recording it afterwards does not disturb it.)
+  void after_compute(const char* op) {
+    cuda_check(op, cudaEventRecord(ready_, stream_));
+    cuda_check(op, cudaStreamWaitEvent(cstream_, ready_, 0));
   }
 
   // Short waits first (a collective of a few bytes finishes in microseconds), then
@@ -317,22 +404,54 @@ class NcclComm final : public Comm {
     if (r != ncclSuccess) fail_op(op, reason(r));
   }
 
-  // One collective: enqueue on the stream, bounded wait for the enqueue to finish.
+  // One NCCL call: enqueue on the communication stream, bounded wait for the enqueue
+  // to finish. Called with comm_mu_ held, after enter().
   template <class F>
   void run(const char* op, F&& call) {
-    enter(op);
     check_async(op);
     const auto deadline = Clock::now() + timeout_;
     const ncclResult_t r = call();
     settle(op, r, deadline, "enqueueing it (a peer may have exited or stalled)");
   }
 
-  // Waits until the stream has run everything enqueued so far (this op and the
-  // compute before it), watching for NCCL errors, for at most the timeout.
+  // An asynchronous collective: ordered after the compute so far, enqueued, its
+  // completion event recorded and handed to the watchdog.
+  template <class F>
+  CommWork launch(const char* op, F&& call) {
+    std::lock_guard<std::mutex> lk(comm_mu_);
+    enter(op);
+    after_compute(op);
+    run(op, call);
+    cudaEvent_t done = nullptr;
+    {
+      std::lock_guard<std::mutex> q(mu_);
+      if (!spare_events_.empty()) {
+        done = spare_events_.back();
+        spare_events_.pop_back();
+      }
+    }
+    if (!done) cuda_check(op, cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    if (const cudaError_t e = cudaEventRecord(done, cstream_); e != cudaSuccess) {
+      (void)cudaEventDestroy(done);
+      cuda_check(op, e);
+    }
+    CommWork w;
+    {
+      std::lock_guard<std::mutex> q(mu_);
+      w.id = ++next_id_;
+      pending_.push_back({w.id, op, done, Clock::now()});
+    }
+    cv_.notify_all();
+    return w;
+  }
+
+  // Waits until the communication stream has run everything enqueued so far (this
+  // op, the collectives and the compute before it), watching for NCCL errors, for at
+  // most the timeout. Called with comm_mu_ held.
   void wait_stream(const char* op) {
     const auto deadline = Clock::now() + timeout_;
     for (int spins = 0;; ++spins) {
-      const cudaError_t e = cudaStreamQuery(stream_);
+      const cudaError_t e = cudaStreamQuery(cstream_);
       if (e == cudaSuccess) break;
       if (e != cudaErrorNotReady) cuda_check(op, e);
       check_async(op);
@@ -343,6 +462,55 @@ class NcclComm final : public Comm {
       pause(spins);
     }
     check_async(op);
+  }
+
+  // The watchdog thread: retires completed operations oldest first and aborts the
+  // communicator when the oldest has been waiting for longer than the timeout.
+  void watch() {
+    (void)cudaSetDevice(device_);
+    const auto poll = std::chrono::milliseconds(20);
+    std::unique_lock<std::mutex> lk(mu_);
+    while (!stop_) {
+      if (pending_.empty() || !watchdog_error_.empty()) {
+        cv_.wait(lk, [&] { return stop_ || (!pending_.empty() && watchdog_error_.empty()); });
+        continue;
+      }
+      Pending& front = pending_.front();
+      const cudaError_t e = cudaEventQuery(front.done);
+      if (e == cudaSuccess) {
+        spare_events_.push_back(front.done);
+        pending_.pop_front();
+        if (!pending_.empty()) pending_.front().since = std::max(pending_.front().since, Clock::now());
+        continue;
+      }
+      std::string why;
+      if (e != cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        why = std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+      } else if (Clock::now() - front.since > timeout_) {
+        why = "did not complete within " + seconds_text(timeout_s_) +
+              " (a peer may have exited, stalled, or be issuing different collectives)";
+      }
+      if (why.empty()) {
+        cv_.wait_for(lk, poll, [&] { return stop_; });
+        continue;
+      }
+      std::ostringstream os;
+      os << who() << ": nccl " << front.op << " #" << front.id << " " << why << "; communicator aborted";
+      watchdog_error_ = os.str();
+      std::fprintf(stderr, "%s\n", watchdog_error_.c_str());
+      std::fflush(stderr);
+      // Abort without holding mu_: a caller holding comm_mu_ may be waiting for mu_.
+      lk.unlock();
+      {
+        std::lock_guard<std::mutex> c(comm_mu_);
+        if (comm_) {
+          (void)ncclCommAbort(comm_);  // NCCL's kernels give up, so the streams drain
+          comm_ = nullptr;
+        }
+      }
+      lk.lock();
+    }
   }
 
   void same_dtype(const char* op, Tensor a, Tensor b) const {
@@ -358,12 +526,24 @@ class NcclComm final : public Comm {
   int global_rank_, rank_, world_;
   double timeout_s_;
   Clock::duration timeout_;
-  cudaStream_t stream_;
+  cudaStream_t stream_;              // the backend's compute stream
+  cudaStream_t cstream_ = nullptr;   // this communicator's stream
+  cudaEvent_t ready_ = nullptr;      // "compute so far", recorded before each collective
   int device_;
+  std::mutex comm_mu_;               // comm_ and the NCCL calls on it
   ncclComm_t comm_ = nullptr;
   void* dev_ = nullptr;     // 2 doubles on the device
   double* host_ = nullptr;  // 1 pinned double: all_reduce_sum's way in and out
   std::string error_;       // the failure that aborted the comm
+
+  std::mutex mu_;                    // the fields below
+  std::condition_variable cv_;
+  std::deque<Pending> pending_;      // in flight, oldest first
+  std::vector<cudaEvent_t> spare_events_;
+  uint64_t next_id_ = 0;
+  std::string watchdog_error_;
+  bool stop_ = false;
+  std::thread watchdog_;
 };
 
 }  // namespace

@@ -1,8 +1,9 @@
 // The GPU transport behind Comm: NCCL, one communicator per group. Used for the CUDA
-// backend (tensors in device memory). The collectives are enqueued on the backend's
-// own stream (Backend::native_stream()), so they are ordered with the kernels around
-// them without events; overlapping communication with compute on a second stream is
-// a later step.
+// backend (tensors in device memory). Each communicator runs its collectives on a
+// stream of its own, ordered after the backend's compute stream
+// (Backend::native_stream()) by events; the *_async forms let compute and
+// communication overlap until wait(), and a watchdog thread aborts a collective that
+// does not complete within the timeout (comm_nccl.cpp says how).
 #pragma once
 #include <memory>
 #include <string>
@@ -20,9 +21,10 @@ class TcpStore;
 // process's rank in the group, `global_rank` its world rank (messages only; -1: rank).
 // The store is only needed during this call.
 //
-// `backend` must be the CUDA backend; its device and stream are the comm's. Waits
-// are bounded by timeout_s: the id exchange, communicator set-up, and every
-// operation that waits on the host (barrier, all_reduce_sum). A failure is an
+// `backend` must be the CUDA backend; its device and compute stream are the comm's.
+// Waits are bounded by timeout_s: the id exchange, communicator set-up, every
+// operation that waits on the host (barrier, all_reduce_sum), and, through the
+// watchdog, every collective in flight. A failure is an
 // st::Error naming this rank, the group and the operation ("rank 3: nccl all_gather
 // failed: ..."), after which the communicator is aborted and unusable.
 // Dtypes: f32, bf16, f16, f64, i32, i64 for every operation.

@@ -39,6 +39,8 @@
 #include "fork_ranks.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "backend/cuda/cuda_backend.h"
 #endif
 
@@ -479,6 +481,83 @@ TEST(NcclCommGpu, CollectivesAreOrderedWithTheBackendStream) {
     for (float x : host) bad += x != static_cast<float>(v);
     EXPECT_EQ(bad, 0u) << "all_gather read the source before the fill to " << v << " finished";
   }
+}
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+// Holds the backend's stream for `ms` milliseconds (a host function enqueued on it).
+void stall_stream(Backend& be, int ms) {
+  auto sleep = [](void* p) { std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(p))); };
+  static int hold;
+  hold = ms;
+  ASSERT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(be.native_stream()), sleep, &hold), cudaSuccess);
+}
+#endif
+
+// The async forms run on the comm's own stream: the call returns while the compute
+// stream is still busy, the collective still reads what the compute wrote before the
+// call, and compute enqueued after wait() sees the result.
+TEST(NcclCommGpu, AsyncCollectivesOverlapAndStayOrdered) {
+  if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
+#ifdef SHARDTRAIN_HAVE_CUDA
+  auto be = make_cuda_backend(0);
+  TcpStore store("127.0.0.1", test::free_port(), 0, 1, 30);
+  auto c = make_nccl_comm(store, "world", 0, 1, 30, *be);
+  const size_t n = size_t(16) << 20;
+  DevBuf src(*be, be->alloc(DType::F32, n)), dst(*be, be->alloc(DType::F32, n)), sum(*be, be->alloc(DType::F32, n));
+  be->synchronize();
+  stall_stream(*be, 300);  // compute busy for 0.3 s
+  be->fill(src.t, 7.0);
+  const auto t0 = Clock::now();
+  CommWork g = c->all_gather_async(dst.t, src.t, n);
+  CommWork r = c->all_reduce_async(src.t, n);
+  const double enqueue_s = seconds_since(t0);
+  EXPECT_LT(enqueue_s, 0.2) << "the async calls waited for the compute stream";
+  c->wait(g);
+  c->wait(r);
+  be->add(sum.t, dst.t, src.t, n);  // after the waits: sees both results
+  std::vector<float> host(n);
+  be->download(host.data(), sum.t);
+  size_t bad = 0;
+  for (float x : host) bad += x != 14.0f;
+  EXPECT_EQ(bad, 0u) << "the collectives did not read the fill, or the add ran before them";
+  c->wait(g);  // again: harmless
+  c->wait(CommWork{});
+  std::printf("two async collectives enqueued in %.3f ms behind a 300 ms stall of the compute stream\n",
+              enqueue_s * 1e3);
+#endif
+}
+
+// A collective that does not complete within the timeout (here: queued behind a
+// compute stream held for 4 s, with a 1 s timeout) is caught by the watchdog, which
+// aborts the communicator; the next call throws an error naming the rank, the
+// operation and the timeout.
+TEST(NcclCommGpu, WatchdogAbortsACollectiveStuckPastTheTimeout) {
+  if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
+#ifdef SHARDTRAIN_HAVE_CUDA
+  auto be = make_cuda_backend(0);
+  TcpStore store("127.0.0.1", test::free_port(), 0, 1, 30);
+  auto c = make_nccl_comm(store, "shard0", 0, 1, 1.0, *be, /*global_rank=*/3);
+  DevBuf a(*be, be->alloc(DType::F32, 1024)), b(*be, be->alloc(DType::F32, 1024));
+  c->all_gather(b.t, a.t, 1024);  // connects; completes
+  be->synchronize();
+  stall_stream(*be, 4000);
+  const auto t0 = Clock::now();
+  CommWork w = c->reduce_scatter_async(b.t, a.t, 1024);
+  std::string msg;
+  while (msg.empty() && seconds_since(t0) < 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    msg = error_of([&] { c->wait(w); });
+  }
+  const double took = seconds_since(t0);
+  std::printf("watchdog after %.2f s: %s\n", took, msg.c_str());
+  EXPECT_TRUE(starts_with(msg, "rank 3 (0 of 1 in group 'shard0'): nccl reduce_scatter #")) << msg;
+  EXPECT_TRUE(contains(msg, "did not complete within 1 s")) << msg;
+  EXPECT_TRUE(contains(msg, "communicator aborted")) << msg;
+  EXPECT_GE(took, 0.9);
+  EXPECT_LT(took, 3.5) << "not caught before the stall ended";
+  EXPECT_EQ(error_of([&] { c->barrier(); }), msg) << "later calls report the same failure";
+  be->synchronize();  // the stream drains: nothing is left waiting on the aborted comm
+#endif
 }
 
 TEST(NcclCommGpu, BadArgumentsAreErrorsNamingTheRankAndOp) {
