@@ -11,7 +11,6 @@ Fsdp::Fsdp(const ParamLayout& layout, Backend& backend, Comm& comm, Comm* replic
     : layout_(layout), be_(backend), comm_(comm), replicate_(replicate), opt_(options) {
   ST_CHECK(layout.world() == comm.world(), "layout built for world ", layout.world(), " but the comm has ",
            comm.world(), " ranks");
-  size_t max_shard = 0;
   const size_t r = static_cast<size_t>(comm.rank());
   for (const Unit& u : layout.units()) {
     UnitState s;
@@ -30,17 +29,24 @@ Fsdp::Fsdp(const ParamLayout& layout, Backend& backend, Comm& comm, Comm* replic
       else
         s.spans.push_back({a - lo, b - a, p.decay});
     }
-    max_shard = std::max(max_shard, n);
     units_.push_back(s);
   }
-  if (opt_.compute_dtype != DType::F32) send_ = be_.alloc(opt_.compute_dtype, max_shard);
 }
 
 Fsdp::~Fsdp() {
+  // Collectives still in flight write into these buffers: let them finish first. A
+  // comm that failed has aborted them already (and says so by throwing).
+  try {
+    sync_grads();
+    for (auto& s : units_) drop_full(s);
+  } catch (...) {
+  }
+  for (Reduction& r : reductions_)
+    for (Tensor* t : {&r.full_grad, &r.part})
+      if (!t->empty()) be_.free(*t);
   for (auto& s : units_)
     for (Tensor* t : {&s.master, &s.grad, &s.m, &s.v, &s.full, &s.full_grad})
       if (!t->empty()) be_.free(*t);
-  if (!send_.empty()) be_.free(send_);
 }
 
 void Fsdp::init_weights(uint64_t seed, double std) {
@@ -61,11 +67,13 @@ void Fsdp::load_unit(int u, const std::vector<float>& values) {
   const size_t n = unit.shard_numel, lo = static_cast<size_t>(comm_.rank()) * n;
   std::vector<float> shard(n, 0.0f);
   for (size_t i = 0; i < n && lo + i < unit.numel; ++i) shard[i] = values[lo + i];
-  be_.upload(units_[u].master, shard.data());
-  if (!units_[u].full.empty() && units_[u].refs == 0) be_.free(units_[u].full);
+  UnitState& s = units_[u];
+  if (s.refs == 0) drop_full(s);  // stale now (before the upload: an in-flight gather reads master)
+  be_.upload(s.master, shard.data());
 }
 
 std::vector<float> Fsdp::gather_unit(int u) {
+  sync_grads();
   const Unit& unit = layout_.unit(u);
   Tensor all = be_.alloc(DType::F32, unit.padded_numel);
   comm_.all_gather(all, units_[u].master, unit.shard_numel);
@@ -77,37 +85,61 @@ std::vector<float> Fsdp::gather_unit(int u) {
 }
 
 void Fsdp::zero_grads() {
+  sync_grads();
   for (auto& s : units_) be_.zero(s.grad);
 }
 
 void Fsdp::track_gathered() {
   gathered_now_ = 0;
   for (const auto& s : units_) gathered_now_ += s.full.bytes() + s.full_grad.bytes();
+  for (const Reduction& r : reductions_) gathered_now_ += r.full_grad.bytes() + r.part.bytes();
   gathered_peak_ = std::max(gathered_peak_, gathered_now_);
+}
+
+// The all-gather runs in place: this rank's shard, cast to the compute dtype, is
+// written into its own slot of the gathered buffer (no staging buffer, and the
+// collective never reads the master weights the optimizer updates).
+void Fsdp::start_gather(int u) {
+  UnitState& s = units_[u];
+  const Unit& unit = layout_.unit(u);
+  const size_t n = unit.shard_numel;
+  s.full = be_.alloc(opt_.compute_dtype, unit.padded_numel);
+  Tensor mine = s.full.slice(static_cast<size_t>(comm_.rank()) * n, n);
+  be_.copy(mine, s.master);
+  s.gathering = comm_.all_gather_async(s.full, mine, n);
+  s.gather_pending = true;
+  track_gathered();
+}
+
+void Fsdp::drop_full(UnitState& s) {
+  if (s.full.empty()) return;
+  if (s.gather_pending) {
+    s.gather_pending = false;
+    comm_.wait(s.gathering);  // a prefetch nobody acquired: its collective still writes here
+  }
+  be_.free(s.full);
 }
 
 Tensor Fsdp::acquire(int u, Pass) {
   UnitState& s = units_.at(u);
-  if (s.full.empty()) {
-    const Unit& unit = layout_.unit(u);
-    s.full = be_.alloc(opt_.compute_dtype, unit.padded_numel);
-    if (opt_.compute_dtype == DType::F32) {
-      comm_.all_gather(s.full, s.master, unit.shard_numel);
-    } else {
-      Tensor send = send_.slice(0, unit.shard_numel);
-      be_.copy(send, s.master);
-      comm_.all_gather(s.full, send, unit.shard_numel);
-    }
-    track_gathered();
+  if (s.full.empty()) start_gather(u);
+  if (s.gather_pending) {
+    s.gather_pending = false;
+    comm_.wait(s.gathering);
   }
   ++s.refs;
   return s.full;
 }
 
+void Fsdp::prefetch(int u, Pass) {
+  if (u < 0 || u >= layout_.num_units()) return;
+  if (units_[u].full.empty()) start_gather(u);
+}
+
 void Fsdp::release(int u, Pass pass) {
   UnitState& s = units_.at(u);
   ST_CHECK(s.refs > 0, "unit '", layout_.unit(u).name, "' released more often than acquired");
-  if (--s.refs == 0 && (pass == Pass::Backward || opt_.reshard_after_forward)) be_.free(s.full);
+  if (--s.refs == 0 && (pass == Pass::Backward || opt_.reshard_after_forward)) drop_full(s);
 }
 
 Tensor Fsdp::grad(int u) {
@@ -123,31 +155,64 @@ void Fsdp::grad_ready(int u) {
   UnitState& s = units_.at(u);
   ST_CHECK(!s.full_grad.empty(), "unit '", layout_.unit(u).name, "' has no gradient to reduce");
   const size_t n = layout_.unit(u).shard_numel;
-  // Reduce-scatter this micro-batch's fp32 gradient, then add it to the shard.
-  Tensor part = be_.alloc(DType::F32, n);
-  comm_.reduce_scatter(part, s.full_grad, n);
-  if (replicate_) replicate_->all_reduce(part, n);
-  be_.accumulate(s.grad, part, n);
-  be_.free(part);
-  be_.free(s.full_grad);
+  // Start the reduce-scatter of this micro-batch's fp32 gradient; it is added to the
+  // shard when retired.
+  Reduction r{u, s.full_grad, be_.alloc(DType::F32, n), {}, false};
+  s.full_grad = Tensor{};
+  r.work = comm_.reduce_scatter_async(r.part, r.full_grad, n);
+  // Every older reduction advances one stage; each rank does the same in the same
+  // order, so the collectives match across ranks.
+  size_t kept = 0;
+  for (size_t i = 0; i < reductions_.size(); ++i)
+    if (!retire(reductions_[i])) reductions_[kept++] = reductions_[i];
+  reductions_.resize(kept);
+  reductions_.push_back(r);
+  track_gathered();
+}
+
+bool Fsdp::retire(Reduction& r) {
+  const size_t n = layout_.unit(r.unit).shard_numel;
+  if (!r.replicating) {
+    comm_.wait(r.work);
+    be_.free(r.full_grad);
+    if (replicate_) {
+      r.work = replicate_->all_reduce_async(r.part, n);
+      r.replicating = true;
+      return false;
+    }
+  } else {
+    replicate_->wait(r.work);
+  }
+  be_.accumulate(units_[r.unit].grad, r.part, n);
+  be_.free(r.part);
+  return true;
+}
+
+void Fsdp::sync_grads() {
+  for (Reduction& r : reductions_)
+    while (!retire(r)) {
+    }
+  reductions_.clear();
 }
 
 double Fsdp::grad_norm() {
+  sync_grads();
   double local = 0;
   for (int u = 0; u < layout_.num_units(); ++u) local += be_.sum_squares(units_[u].grad, layout_.unit(u).shard_numel);
   return std::sqrt(comm_.all_reduce_sum(local));
 }
 
 void Fsdp::step(const AdamWParams& params) {
+  sync_grads();
   for (auto& s : units_) {
     ST_CHECK(s.refs == 0, "optimizer step while a unit is still gathered");
+    drop_full(s);  // stale after this step (and a prefetch in flight must land first)
     for (const Span& sp : s.spans) {
       AdamWParams p = params;
       if (!sp.decay) p.weight_decay = 0;
       be_.adamw(s.master.slice(sp.offset, sp.numel), s.grad.slice(sp.offset, sp.numel),
                 s.m.slice(sp.offset, sp.numel), s.v.slice(sp.offset, sp.numel), sp.numel, p);
     }
-    if (!s.full.empty()) be_.free(s.full);  // stale now
   }
 }
 

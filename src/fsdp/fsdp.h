@@ -4,6 +4,15 @@
 // dtype), grad_ready reduce-scatters its fp32 gradient into this rank's shard. With
 // HSDP the shard group is one node's ranks and the gradient shards are then summed
 // across the groups (replicas) with an all-reduce.
+//
+// Overlap (with a comm that has its own stream, NCCL): prefetch(u) starts unit u's
+// all-gather while the current unit computes, and acquire(u) only orders the compute
+// after it. grad_ready(u) starts u's reduce-scatter and returns; the reduce-scatter
+// is retired (its shard added to the gradient, its buffers freed) at the next
+// grad_ready, so it runs during the next unit's backward. With HSDP the replicate
+// all-reduce of a shard is started when its reduce-scatter is retired and retired
+// one grad_ready later. sync_grads() retires everything; grad_norm, step and
+// gather_unit call it, so callers never see a half-reduced gradient.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -56,6 +65,11 @@ class Fsdp final : public ParamProvider {
   void release(int unit, Pass pass) override;
   Tensor grad(int unit) override;
   void grad_ready(int unit) override;
+  void prefetch(int unit, Pass pass) override;
+
+  // Completes every gradient reduction started so far (called by grad_norm, step and
+  // gather_unit; harmless when there is none).
+  void sync_grads();
 
  private:
   struct Span {
@@ -66,9 +80,22 @@ class Fsdp final : public ParamProvider {
     Tensor master, grad, m, v;      // (shard) f32
     Tensor full;                    // (padded) compute dtype, while gathered
     Tensor full_grad;               // (padded) f32, while this micro-batch accumulates
+    CommWork gathering;             // the all-gather filling `full`, until acquired
+    bool gather_pending = false;
     int refs = 0;
     std::vector<Span> spans;        // this rank's shard split by decay
   };
+  // A gradient reduction in flight: reduce-scatter of `full_grad` into `part`, then
+  // (HSDP) the replicate all-reduce of `part`.
+  struct Reduction {
+    int unit;
+    Tensor full_grad, part;
+    CommWork work;
+    bool replicating = false;
+  };
+  void start_gather(int u);
+  void drop_full(UnitState& s);          // frees the gathered weights once no collective uses them
+  bool retire(Reduction& r);             // advances one stage; true when it is complete
   void track_gathered();
 
   const ParamLayout& layout_;
@@ -77,7 +104,7 @@ class Fsdp final : public ParamProvider {
   Comm* replicate_;
   FsdpOptions opt_;
   std::vector<UnitState> units_;
-  Tensor send_;                     // compute-dtype shard staging (largest shard)
+  std::vector<Reduction> reductions_;   // oldest first
   size_t gathered_now_ = 0, gathered_peak_ = 0;
 };
 

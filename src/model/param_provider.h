@@ -20,6 +20,9 @@ class ParamProvider {
   virtual Tensor grad(int unit) = 0;
   // The unit's gradient for this micro-batch is complete.
   virtual void grad_ready(int unit) = 0;
+  // A hint: `unit` is the next one to be acquired for `pass`. A provider that
+  // gathers may start gathering it now, overlapped with the work on the current one.
+  virtual void prefetch(int /*unit*/, Pass /*pass*/) {}
 };
 
 }  // namespace st

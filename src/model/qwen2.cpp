@@ -74,6 +74,7 @@ void Qwen2Model::forward_blocks(ParamProvider& params) {
   for (int l = 0; l < L_; ++l) {
     const int u = layout_.layer_unit(l);
     Tensor w = params.acquire(u, Pass::Forward);
+    params.prefetch(l + 1 < L_ ? layout_.layer_unit(l + 1) : layout_.final_unit(), Pass::Forward);
     be_.rmsnorm_forward(ln1_[l], rstd1_[l], resid_[l], w.slice(o.ln1, C), N_, C_, eps_);
     be_.matmul_forward(qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), N_, C_, QKV_);
     be_.rope_forward(qkv_[l], B_, T_, H_, KV_, hd_, theta_);
@@ -89,13 +90,13 @@ void Qwen2Model::forward_blocks(ParamProvider& params) {
   }
 }
 
-LossSum Qwen2Model::head(ParamProvider& params, const int32_t* host_targets, bool grad, float dloss_scale,
-                         int ignore_index, float* logits_out) {
+void Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int ignore_index, float* logits_out) {
   const size_t C = C_, V = V_;
   const int fu = layout_.final_unit(), hu = layout_.lm_head_unit();
   Tensor wf = params.acquire(fu, Pass::Forward);
   // For a tied head this unit (the embedding) is still held from the forward start.
   Tensor wh = hu == fu ? wf : params.acquire(hu, Pass::Forward);
+  if (grad) params.prefetch(layout_.layer_unit(L_ - 1), Pass::Backward);
   Tensor w_lm = wh.slice(layout_.lm_head_offset(), V * C);  // (V, C)
   be_.rmsnorm_forward(lnf_, rstdf_, resid_[L_], wf.slice(layout_.final_norm_offset(), C), N_, C_, eps_);
 
@@ -133,8 +134,10 @@ LossSum Qwen2Model::head(ParamProvider& params, const int32_t* host_targets, boo
   if (hu != fu) params.release(hu, Pass::Forward);
   params.release(fu, Pass::Forward);
   if (grad) params.grad_ready(fu);
+}
 
-  // Sum the per-token losses on the host, in double (targets: the caller's host copy).
+// In double on the host (targets: the caller's host copy).
+LossSum Qwen2Model::sum_losses(const int32_t* host_targets, int ignore_index) {
   LossSum out;
   const int32_t* tg = host_targets;
   if (st_ == DType::F64) {
@@ -157,6 +160,10 @@ void Qwen2Model::backward_blocks(ParamProvider& params) {
   for (int l = L_ - 1; l >= 0; --l) {
     const int u = layout_.layer_unit(l);
     Tensor w = params.acquire(u, Pass::Backward);
+    if (l > 0)
+      params.prefetch(layout_.layer_unit(l - 1), Pass::Backward);
+    else if (layout_.lm_head_unit() != layout_.embed_unit())
+      params.prefetch(layout_.embed_unit(), Pass::Backward);  // a tied embedding is still held
     Tensor g = params.grad(u);
     // resid[l+1] = mid + down(swiglu(gate_up(norm2(mid)))): dresid flows to mid unchanged.
     be_.matmul_backward(dsw_, g.slice(o.down_w, C * F), Tensor{}, dresid_, sw_[l], w.slice(o.down_w, C * F), N_,
@@ -187,18 +194,21 @@ LossSum Qwen2Model::forward_backward(ParamProvider& params, const int32_t* token
   be_.upload(targets_, targets);
 
   Tensor we = params.acquire(eu, Pass::Forward);  // held to the end when tied
+  params.prefetch(layout_.layer_unit(0), Pass::Forward);
   be_.embedding_forward(resid_[0], tokens_, we.slice(layout_.embed_offset(), V * C), N_, C_, V_);
   if (!tied) params.release(eu, Pass::Forward);
 
   forward_blocks(params);
-  LossSum loss = head(params, targets, true, dloss_scale, ignore_index, nullptr);
+  head(params, true, dloss_scale, ignore_index, nullptr);
   backward_blocks(params);
 
   if (!tied) params.acquire(eu, Pass::Backward);
   be_.embedding_backward(params.grad(eu).slice(layout_.embed_offset(), V * C), dresid_, tokens_, N_, C_, V_);
   params.release(eu, tied ? Pass::Forward : Pass::Backward);
   params.grad_ready(eu);
-  return loss;
+  // Read the losses back last: the host does not wait for the GPU before it has
+  // enqueued the whole backward.
+  return sum_losses(targets, ignore_index);
 }
 
 LossSum Qwen2Model::forward(ParamProvider& params, const int32_t* tokens, const int32_t* targets, int ignore_index,
@@ -209,12 +219,13 @@ LossSum Qwen2Model::forward(ParamProvider& params, const int32_t* tokens, const 
   be_.upload(tokens_, tokens);
   be_.upload(targets_, targets);
   Tensor we = params.acquire(eu, Pass::Forward);
+  params.prefetch(layout_.layer_unit(0), Pass::Forward);
   be_.embedding_forward(resid_[0], tokens_, we.slice(layout_.embed_offset(), V * C), N_, C_, V_);
   if (!tied) params.release(eu, Pass::Forward);
   forward_blocks(params);
-  LossSum loss = head(params, targets, false, 0.0f, ignore_index, logits_out);
+  head(params, false, 0.0f, ignore_index, logits_out);
   if (tied) params.release(eu, Pass::Forward);
-  return loss;
+  return sum_losses(targets, ignore_index);
 }
 
 }  // namespace st

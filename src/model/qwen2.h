@@ -40,8 +40,11 @@ class Qwen2Model {
 
  private:
   void forward_blocks(ParamProvider& params);
-  LossSum head(ParamProvider& params, const int32_t* host_targets, bool grad, float dloss_scale, int ignore_index,
-               float* logits_out);
+  // Final norm, lm_head and per-token losses (and their gradient when `grad`).
+  void head(ParamProvider& params, bool grad, float dloss_scale, int ignore_index, float* logits_out);
+  // Σ of the per-token losses of the last head() over valid targets (host copy); reads
+  // them back from the device, so it waits for the work enqueued so far.
+  LossSum sum_losses(const int32_t* host_targets, int ignore_index);
   void backward_blocks(ParamProvider& params);
 
   const ParamLayout& layout_;
