@@ -543,8 +543,8 @@ TEST(NcclCommGpu, WatchdogAbortsACollectiveStuckPastTheTimeout) {
   stall_stream(*be, 4000);
   const auto t0 = Clock::now();
   CommWork w = c->reduce_scatter_async(b.t, a.t, 1024);
-  std::string msg;
-  while (msg.empty() && seconds_since(t0) < 10) {
+  std::string msg = "(no error)";
+  while (msg == "(no error)" && seconds_since(t0) < 10) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     msg = error_of([&] { c->wait(w); });
   }
