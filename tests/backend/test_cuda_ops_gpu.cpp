@@ -248,6 +248,30 @@ TEST_F(CudaOps, Embedding) {
   }
 }
 
+// Long runs of one token (20000 rows over 3 ids): the scatter gives the same bits every
+// time, and still the CPU's sums.
+TEST_F(CudaOps, EmbeddingBackwardIsDeterministic) {
+  if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int N = 20000, C = 80, V = 3;
+  std::vector<int32_t> tok(N);
+  for (auto& t : tok) t = int32_t(rng() % V);
+  for (DType dt : kBoth) {
+    Vec dout = randv_as(dt, size_t(N) * C), dw0 = randv(size_t(V) * C);
+    Tensor cdw = cpu_from(dw0);
+    cpu->embedding_backward(cdw, cpu_from(dout), cpu_ids(tok), N, C, V);
+    Tensor gt = gpu_ids(tok), gd = gpu_from(dout, dt);
+    std::vector<Vec> runs;
+    for (int rep = 0; rep < 3; ++rep) {
+      Tensor gdw = gpu_from(dw0, DType::F32);
+      gpu().embedding_backward(gdw, gd, gt, N, C, V);
+      runs.push_back(get(gdw));
+    }
+    EXPECT_EQ(runs[0], runs[1]) << dtype_name(dt);
+    EXPECT_EQ(runs[0], runs[2]) << dtype_name(dt);
+    expect_close(tag(dt, "embedding dwte, long runs"), runs[0], cget(cdw), 1e-4);
+  }
+}
+
 TEST_F(CudaOps, OutOfRangeIdsThrow) {
   if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
   Tensor wte = gpu_from(randv(5 * 2), DType::BF16), out = gpu_poisoned(DType::BF16, 3 * 2);

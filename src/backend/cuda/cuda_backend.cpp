@@ -248,7 +248,7 @@ class CudaBackend final : public Backend {
     check_ids(op, "token id", tokens, N, V, false, 0);
     dispatch(dt, [&](auto tag) {
       using T = decltype(tag);
-      cuda::embedding_backward(dwte.as<float>(), dout.as<T>(), tokens.as<int32_t>(), N, C, stream_);
+      cuda::embedding_backward(dwte.as<float>(), dout.as<T>(), tokens.as<int32_t>(), N, C, V, stream_);
     });
   }
 

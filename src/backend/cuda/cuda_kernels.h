@@ -33,7 +33,7 @@ void find_bad_id(int* first_bad, const int32_t* ids, int N, int V, bool has_igno
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C, cudaStream_t stream);
 template <class T>
-void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int N, int C, cudaStream_t stream);
+void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int N, int C, int V, cudaStream_t stream);
 template <class T>
 void swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream);
 template <class T>

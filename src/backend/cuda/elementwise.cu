@@ -2,6 +2,8 @@
 // scatter, SwiGLU, and the token-id range check. All are memory-bound grid-stride
 // loops with scalar loads (no alignment assumptions: tensors are often slices at
 // arbitrary element offsets); math in float.
+#include <cub/device/device_radix_sort.cuh>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -96,14 +98,26 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
   }
 }
 
-// dwte (V, C) += scatter of dout (N, C). Repeated tokens collide, hence atomics: the
-// order of the float additions (and so the last bits) varies run to run.
+// dwte (V, C) += scatter of dout (N, C), deterministic: the rows arrive sorted by token
+// (a stable sort, so rows of one token keep their order); block i starts the run of
+// token keys[i] when keys[i-1] differs, sums the run's rows in that order, and adds the
+// sum to the token's row once. No atomics, so the bits do not depend on scheduling.
+__global__ void iota_kernel(int32_t* v, int n) {
+  for (size_t i = global_thread(); i < size_t(n); i += grid_threads()) v[i] = int32_t(i);
+}
+
 template <class T>
-__global__ void embedding_backward_kernel(float* dwte, const T* dout, const int32_t* tokens, int N, int C) {
-  const size_t n = size_t(N) * C;
-  for (size_t i = global_thread(); i < n; i += grid_threads()) {
-    const size_t r = i / C, c = i % C;
-    atomicAdd(dwte + size_t(tokens[r]) * C + c, to_float(dout[i]));
+__global__ void embedding_backward_sorted_kernel(float* dwte, const T* dout, const int32_t* keys,
+                                                 const int32_t* rows, int N, int C) {
+  const int i = blockIdx.x;
+  const int32_t tok = keys[i];
+  if (i > 0 && keys[i - 1] == tok) return;  // not the start of a run
+  int end = i + 1;
+  while (end < N && keys[end] == tok) ++end;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = i; j < end; ++j) acc += to_float(dout[size_t(rows[j]) * C + c]);
+    dwte[size_t(tok) * C + c] += acc;
   }
 }
 
@@ -193,9 +207,33 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C
 }
 
 template <class T>
-void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int N, int C, cudaStream_t stream) {
-  embedding_backward_kernel<<<grid_for(size_t(N) * C, kThreads), kThreads, 0, stream>>>(dwte, dout, tokens, N, C);
-  ST_CUDA_LAUNCHED("embedding_backward_kernel");
+void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int N, int C, int V, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  int bits = 1;
+  while (bits < 31 && (int64_t(1) << bits) < V) ++bits;  // ids are in [0, V)
+  // One stream-ordered allocation: sorted keys, row indices in and out, sort scratch.
+  size_t scratch = 0;
+  ST_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, scratch, tokens, static_cast<int32_t*>(nullptr),
+                                          static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), N, 0,
+                                          bits, stream));
+  const size_t ints = (3 * size_t(N) + 63) / 64 * 64;
+  void* mem = nullptr;
+  ST_CUDA(cudaMallocAsync(&mem, ints * sizeof(int32_t) + scratch, stream));
+  int32_t* keys = static_cast<int32_t*>(mem);
+  int32_t* rows_in = keys + N;
+  int32_t* rows = rows_in + N;
+  void* tmp = static_cast<int32_t*>(mem) + ints;
+  try {
+    iota_kernel<<<grid_for(size_t(N), kThreads), kThreads, 0, stream>>>(rows_in, N);
+    ST_CUDA_LAUNCHED("iota_kernel");
+    ST_CUDA(cub::DeviceRadixSort::SortPairs(tmp, scratch, tokens, keys, rows_in, rows, N, 0, bits, stream));
+    embedding_backward_sorted_kernel<<<N, kThreads, 0, stream>>>(dwte, dout, keys, rows, N, C);
+    ST_CUDA_LAUNCHED("embedding_backward_sorted_kernel");
+  } catch (...) {
+    (void)cudaFreeAsync(mem, stream);
+    throw;
+  }
+  ST_CUDA(cudaFreeAsync(mem, stream));
 }
 
 template <class T>
@@ -214,7 +252,7 @@ void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStrea
   template void add<T>(T*, const T*, const T*, size_t, cudaStream_t);                            \
   template void accumulate<T>(T*, const T*, size_t, cudaStream_t);                               \
   template void embedding_forward<T>(T*, const int32_t*, const T*, int, int, cudaStream_t);      \
-  template void embedding_backward<T>(float*, const T*, const int32_t*, int, int, cudaStream_t); \
+  template void embedding_backward<T>(float*, const T*, const int32_t*, int, int, int, cudaStream_t); \
   template void swiglu_forward<T>(T*, const T*, int, int, cudaStream_t);                         \
   template void swiglu_backward<T>(T*, const T*, const T*, int, int, cudaStream_t);
 ST_CUDA_ELEMENTWISE(float)
