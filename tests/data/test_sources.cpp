@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -69,12 +71,14 @@ TEST(RandomSource, GlobalBatchIsTheSameAtAnyWorldSize) {
 class TextSourceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::path(::testing::TempDir()) / "st_text_source";
+    // One directory per process: ctest runs the tests of this fixture in parallel.
+    dir = fs::path(::testing::TempDir()) / ("st_text_source_" + std::to_string(::getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir / "sub");
     std::ofstream(dir / "a.txt") << "abcdefghijklmnopqrstuvwxyz";
     std::ofstream(dir / "sub" / "b.txt") << "0123456789";
   }
+  void TearDown() override { fs::remove_all(dir); }
   fs::path dir;
 };
 
