@@ -35,7 +35,7 @@ struct Origin {
 // ---- the schema -----------------------------------------------------------------
 
 using Field = std::variant<int RunConfig::*, uint64_t RunConfig::*, double RunConfig::*,
-                           std::string RunConfig::*, std::vector<std::string> RunConfig::*>;
+                           std::string RunConfig::*, std::vector<std::string> RunConfig::*, bool RunConfig::*>;
 
 // A numeric interval. contains() is written so that NaN is never inside.
 struct Range {
@@ -113,6 +113,9 @@ const std::vector<Key>& schema() {
          "ranks that shard the model together; 0 = all ranks (FSDP), G = shard within groups of G ranks and "
          "replicate across groups (HSDP; world size must be a multiple of G)",
          at_least(0)},
+        {"dist.reshard_after_forward", &RunConfig::reshard_after_forward,
+         "free each unit's gathered weights after its forward and all-gather them again for backward "
+         "(less memory); false keeps them from forward to backward (one all-gather per unit fewer)"},
         {"dist.timeout_s", &RunConfig::timeout_s,
          "seconds any rendezvous or collective may wait before the run fails naming the missing ranks", above(0)},
 
@@ -201,7 +204,8 @@ std::string expected_text(const Key& k) {
     case 1: return "a non-negative integer";
     case 2: return "a number";
     case 3: return "a string";
-    default: return "an array of strings";
+    case 4: return "an array of strings";
+    default: return "true or false";
   }
 }
 
@@ -257,6 +261,9 @@ void set_from_toml(RunConfig& cfg, const Key& k, const toml::node& v, const std:
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!v.is_string()) wrong_type(toml_type_name(v));
           cfg.*member = v.as_string()->get();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!v.is_boolean()) wrong_type(toml_type_name(v));
+          cfg.*member = v.as_boolean()->get();
         } else {
           if (!v.is_array()) wrong_type(toml_type_name(v));
           T items;
@@ -290,6 +297,9 @@ void set_from_text(RunConfig& cfg, const Key& k, const std::string& text) {
           cfg.*member = x;
         } else if constexpr (std::is_same_v<T, std::string>) {
           cfg.*member = text;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (text != "true" && text != "false") bad();  // as TOML spells them
+          cfg.*member = text == "true";
         } else {
           T items;  // "a,b,c"; empty pieces are dropped, so "" is the empty list
           std::stringstream ss(text);
@@ -333,6 +343,8 @@ std::string value_text(const RunConfig& cfg, const Key& k, bool as_toml) {
           return s;
         } else if constexpr (std::is_same_v<T, std::string>) {
           return as_toml ? quote(v) : v;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return v ? "true" : "false";
         } else {
           if (!as_toml) return join(v, ",");
           std::vector<std::string> q;
@@ -346,7 +358,7 @@ std::string value_text(const RunConfig& cfg, const Key& k, bool as_toml) {
 // The placeholder --help shows: INT, FLOAT, cpu|cuda, ...
 std::string type_label(const Key& k) {
   if (!k.choices.empty()) return join(k.choices, "|");
-  static const char* const names[] = {"INT", "UINT", "FLOAT", "TEXT", "LIST"};
+  static const char* const names[] = {"INT", "UINT", "FLOAT", "TEXT", "LIST", "true|false"};
   return names[k.field.index()];
 }
 

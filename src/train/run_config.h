@@ -49,6 +49,7 @@ struct RunConfig {
   int ignore_index = -100;             // data.ignore_index
   // [dist]
   int shard_group_size = 0;            // dist.shard_group_size: 0 = shard over all ranks (FSDP); G = HSDP
+  bool reshard_after_forward = true;   // dist.reshard_after_forward
   double timeout_s = 300;              // dist.timeout_s: limit on every collective and rendezvous wait
   // [fabric] (NCCL only; see src/fabric/profile.h)
   std::string fabric_transport = "auto";   // fabric.transport: auto | efa | ib | socket

@@ -19,6 +19,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups)
   layout_ = std::make_unique<ParamLayout>(cfg.model, shard_.world());
   FsdpOptions fo;
   fo.compute_dtype = backend.device() == Device::CPU ? DType::F32 : DType::BF16;
+  fo.reshard_after_forward = cfg.reshard_after_forward;
   fsdp_ = std::make_unique<Fsdp>(*layout_, be_, shard_, replicate_, fo);
   fsdp_->init_weights(cfg.seed);
   if (!cfg.init_from.empty()) {

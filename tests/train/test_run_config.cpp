@@ -108,8 +108,12 @@ weight_decay = 0     # an integer where a float is expected is fine
 [data]
 source = "random"
 paths = []
+[dist]
+reshard_after_forward = false
 )");
   const RunConfig c = load_run_config(path, {});
+  EXPECT_FALSE(c.reshard_after_forward);
+  EXPECT_TRUE(load_run_config(path, {{"dist.reshard_after_forward", "true"}}).reshard_after_forward);
   EXPECT_EQ(c.steps, 7);
   EXPECT_EQ(c.seed, 42u);
   EXPECT_DOUBLE_EQ(c.lr, 1e-4);
@@ -153,6 +157,10 @@ TEST(RunConfig, WrongTomlTypes) {
       {"[data]\npaths = \"a.txt\"\n", "key 'data.paths' must be an array of strings, got a string"},
       {"[data]\npaths = [\"a\", 2]\n", "key 'data.paths' must be an array of strings, got an array holding an integer"},
       {"[model]\npreset = true\n", "key 'model.preset' must be a string, got a boolean"},
+      {"[dist]\nreshard_after_forward = \"no\"\n",
+       "key 'dist.reshard_after_forward' must be true or false, got a string"},
+      {"[dist]\nreshard_after_forward = 0\n",
+       "key 'dist.reshard_after_forward' must be true or false, got an integer"},
   };
   for (const Case& c : cases) {
     const std::string path = write_toml("types", c.toml);
@@ -198,6 +206,7 @@ TEST(RunConfig, BadCommandLineValues) {
       {"train.micro_batch", "99999999999", "--train.micro_batch expects an integer"},
       {"train.seed", "-3", "--train.seed expects a non-negative integer, got '-3'"},
       {"optim.lr", "fast", "--optim.lr expects a number, got 'fast'"},
+      {"dist.reshard_after_forward", "yes", "--dist.reshard_after_forward expects true or false, got 'yes'"},
       {"train.device", "gpu", "command line: --train.device must be one of cpu, cuda, got 'gpu'"},
       {"train.stepz", "3", "command line: unknown key 'train.stepz' (known keys in [train]: steps"},
       {"trian.steps", "3", "command line: unknown key 'trian.steps' (known sections: [model]"},
