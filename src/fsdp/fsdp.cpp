@@ -86,7 +86,10 @@ std::vector<float> Fsdp::gather_unit(int u) {
 
 void Fsdp::zero_grads() {
   sync_grads();
-  for (auto& s : units_) be_.zero(s.grad);
+  for (auto& s : units_) {
+    be_.zero(s.grad);
+    s.synced = s.local = false;
+  }
 }
 
 void Fsdp::track_gathered() {
@@ -155,37 +158,69 @@ void Fsdp::grad_ready(int u) {
   UnitState& s = units_.at(u);
   ST_CHECK(!s.full_grad.empty(), "unit '", layout_.unit(u).name, "' has no gradient to reduce");
   const size_t n = layout_.unit(u).shard_numel;
+  // An older reduction of this unit (previous micro-batch) must have reached the shard
+  // first: the new one adds to it.
+  for (Reduction& old : reductions_)
+    if (old.unit == u)
+      while (!retire(old)) {
+      }
   // Start the reduce-scatter of this micro-batch's fp32 gradient; it is added to the
   // shard when retired.
-  Reduction r{u, s.full_grad, be_.alloc(DType::F32, n), {}, false};
+  Reduction r{u, s.full_grad, be_.alloc(DType::F32, n), {}, replica_sync_, false};
   s.full_grad = Tensor{};
   r.work = comm_.reduce_scatter_async(r.part, r.full_grad, n);
   // Every older reduction advances one stage; each rank does the same in the same
   // order, so the collectives match across ranks.
   size_t kept = 0;
   for (size_t i = 0; i < reductions_.size(); ++i)
-    if (!retire(reductions_[i])) reductions_[kept++] = reductions_[i];
+    if (reductions_[i].full_grad.empty() && reductions_[i].part.empty() && !reductions_[i].replicating)
+      continue;  // completed above
+    else if (!retire(reductions_[i]))
+      reductions_[kept++] = reductions_[i];
   reductions_.resize(kept);
   reductions_.push_back(r);
   track_gathered();
 }
 
+// Stages: the reduce-scatter lands (its input is freed); then, without HSDP, `part` is
+// added to the shard. With HSDP:
+//   shard holds nothing summed yet, no sync   add `part`; the shard is now local
+//   shard holds nothing summed yet, sync      add `part`, all-reduce the whole shard
+//                                             (this replica's micro-batches so far)
+//   shard already summed                      all-reduce `part`, then add it
+// so every contribution is summed across the replicas exactly once.
 bool Fsdp::retire(Reduction& r) {
+  UnitState& s = units_[r.unit];
   const size_t n = layout_.unit(r.unit).shard_numel;
-  if (!r.replicating) {
-    comm_.wait(r.work);
-    be_.free(r.full_grad);
-    if (replicate_) {
-      r.work = replicate_->all_reduce_async(r.part, n);
-      r.replicating = true;
-      return false;
-    }
-  } else {
+  if (r.replicating) {
     replicate_->wait(r.work);
+    r.replicating = false;
+    if (!r.part.empty()) {
+      be_.accumulate(s.grad, r.part, n);
+      be_.free(r.part);
+    }
+    return true;
   }
-  be_.accumulate(units_[r.unit].grad, r.part, n);
+  if (r.full_grad.empty() && r.part.empty()) return true;  // completed earlier
+  comm_.wait(r.work);
+  be_.free(r.full_grad);
+  if (replicate_ && s.synced) {
+    r.work = replicate_->all_reduce_async(r.part, n);
+    r.replicating = true;
+    return false;
+  }
+  be_.accumulate(s.grad, r.part, n);
   be_.free(r.part);
-  return true;
+  if (!replicate_) return true;
+  if (!r.sync) {
+    s.local = true;
+    return true;
+  }
+  r.work = replicate_->all_reduce_async(s.grad, n);
+  r.replicating = true;
+  s.synced = true;
+  s.local = false;
+  return false;
 }
 
 void Fsdp::sync_grads() {
@@ -193,6 +228,17 @@ void Fsdp::sync_grads() {
     while (!retire(r)) {
     }
   reductions_.clear();
+  if (!replicate_) return;
+  // Shards that only this replica has summed (no micro-batch asked for the sync).
+  std::vector<CommWork> works;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    UnitState& s = units_[u];
+    if (!s.local) continue;
+    works.push_back(replicate_->all_reduce_async(s.grad, layout_.unit(u).shard_numel));
+    s.local = false;
+    s.synced = true;
+  }
+  for (const CommWork& w : works) replicate_->wait(w);
 }
 
 double Fsdp::grad_norm() {

@@ -13,6 +13,12 @@
 // all-reduce of a shard is started when its reduce-scatter is retired and retired
 // one grad_ready later. sync_grads() retires everything; grad_norm, step and
 // gather_unit call it, so callers never see a half-reduced gradient.
+//
+// HSDP with gradient accumulation: set_replica_sync(false) for every micro-batch but
+// the last of a step lets the shards accumulate per replica; the last micro-batch then
+// all-reduces each accumulated shard once (during its backward), instead of once per
+// micro-batch. Whatever the calls, sync_grads() leaves every shard summed over the
+// replicas exactly once.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -67,9 +73,13 @@ class Fsdp final : public ParamProvider {
   void grad_ready(int unit) override;
   void prefetch(int unit, Pass pass) override;
 
-  // Completes every gradient reduction started so far (called by grad_norm, step and
-  // gather_unit; harmless when there is none).
+  // Completes every gradient reduction started so far, including the replicate
+  // all-reduce of shards still holding this replica's sum only (called by grad_norm,
+  // step and gather_unit; harmless when there is nothing to do).
   void sync_grads();
+  // HSDP: whether gradients from now on are summed across replicas as soon as they are
+  // reduce-scattered (default), or left to accumulate per replica (see above).
+  void set_replica_sync(bool on) { replica_sync_ = on; }
 
  private:
   struct Span {
@@ -84,13 +94,16 @@ class Fsdp final : public ParamProvider {
     bool gather_pending = false;
     int refs = 0;
     std::vector<Span> spans;        // this rank's shard split by decay
+    // HSDP: `grad` holds contributions summed across replicas / only this replica's.
+    bool synced = false, local = false;
   };
   // A gradient reduction in flight: reduce-scatter of `full_grad` into `part`, then
-  // (HSDP) the replicate all-reduce of `part`.
+  // (HSDP) the replicate all-reduce of the unit's accumulated shard or of `part`.
   struct Reduction {
     int unit;
     Tensor full_grad, part;
     CommWork work;
+    bool sync = true;         // replica_sync_ when it started
     bool replicating = false;
   };
   void start_gather(int u);
@@ -105,6 +118,7 @@ class Fsdp final : public ParamProvider {
   FsdpOptions opt_;
   std::vector<UnitState> units_;
   std::vector<Reduction> reductions_;   // oldest first
+  bool replica_sync_ = true;
   size_t gathered_now_ = 0, gathered_peak_ = 0;
 };
 

@@ -130,8 +130,12 @@ StepMetrics Trainer::step(int s) {
   fsdp_->zero_grads();
   double loss_sum = 0;
   const float scale = static_cast<float>(1.0 / total_valid);
-  for (const Batch& b : batches_)
+  for (size_t micro = 0; micro < batches_.size(); ++micro) {
+    // HSDP: gradients are summed across replicas once per step, in the last backward.
+    fsdp_->set_replica_sync(micro + 1 == batches_.size());
+    const Batch& b = batches_[micro];
     loss_sum += model_->forward_backward(*fsdp_, b.inputs.data(), b.targets.data(), scale, cfg_.ignore_index).sum;
+  }
   const double loss = comm_.all_reduce_sum(loss_sum) / total_valid;
   ST_CHECK(std::isfinite(loss), "step ", s + 1, ": the loss is not finite (", loss,
            "); lower optim.lr or check the data");

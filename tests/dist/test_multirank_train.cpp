@@ -53,10 +53,11 @@ std::vector<double> losses(const fs::path& metrics) {
   return out;
 }
 
-// Trains 20 steps of a 16-sequence global batch on `nproc` ranks.
-std::vector<double> train(const std::string& name, int nproc, int k, const std::string& extra = "") {
+// Trains 20 steps of a 16-sequence global batch on `nproc` ranks, `accum` micro-batches
+// per step.
+std::vector<double> train(const std::string& name, int nproc, int k, const std::string& extra = "", int accum = 1) {
   const fs::path out = temp(name);
-  const int micro = 16 / nproc;
+  const int micro = 16 / nproc / accum;
   const std::string cmd = std::string(SHARDTRAIN_BINARY) + " launch --nproc-per-node " + std::to_string(nproc) +
                           " --master-port " + std::to_string(port(k)) + " -- train" + kModel +
                           " --train.steps=20 --train.micro_batch=" + std::to_string(micro) + " --run.out_dir=" +
@@ -94,12 +95,19 @@ TEST(MultiRankTraining, SameGlobalBatchSameCurveAtAnyWorldSize) {
   const auto two = train("w2", 2, 1);
   const auto four = train("w4", 4, 2);
   const auto hsdp = train("hsdp", 4, 3, " --dist.shard_group_size=2");
+  // Accumulation (the replicas sum once per step) and gathered weights kept to backward.
+  const auto hsdp_accum = train("hsdp_accum", 4, 6, " --dist.shard_group_size=2 --train.grad_accum=2", 2);
+  const auto two_keep = train("w2_keep", 2, 7, " --dist.reshard_after_forward=false");
   expect_same_curve(one, two, "1 vs 2 ranks");
   expect_same_curve(one, four, "1 vs 4 ranks");
   expect_same_curve(one, hsdp, "1 rank vs HSDP 2x2");
   expect_same_params("w1", "w2");
   expect_same_params("w1", "w4");
   expect_same_params("w1", "hsdp");
+  expect_same_curve(one, hsdp_accum, "1 rank vs HSDP 2x2 with 2 micro-batches per step");
+  expect_same_curve(one, two_keep, "1 rank vs 2 ranks without resharding after forward");
+  expect_same_params("w1", "hsdp_accum");
+  expect_same_params("w1", "w2_keep");
   ASSERT_FALSE(one.empty());
   EXPECT_LT(one.back(), one.front());
 }

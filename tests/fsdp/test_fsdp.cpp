@@ -218,6 +218,7 @@ TEST(Fsdp, OverlappedCollectivesGiveTheSameTraining) {
       for (int step = 0; step < 3; ++step) {
         f.zero_grads();
         for (int micro = 0; micro < 2; ++micro) {
+          f.set_replica_sync(micro == 1 || step == 2);  // step 3: every micro-batch summed at once
           std::vector<int32_t> tok(B * T), tgt(B * T);
           for (int i = 0; i < B * T; ++i)
             tok[i] = (i * 31 + step * 7 + micro + rank * 13) % 256, tgt[i] = (i * 17 + 3 + step + micro * 5) % 256;
