@@ -173,10 +173,7 @@ void Fsdp::grad_ready(int u) {
   // order, so the collectives match across ranks.
   size_t kept = 0;
   for (size_t i = 0; i < reductions_.size(); ++i)
-    if (reductions_[i].full_grad.empty() && reductions_[i].part.empty() && !reductions_[i].replicating)
-      continue;  // completed above
-    else if (!retire(reductions_[i]))
-      reductions_[kept++] = reductions_[i];
+    if (!retire(reductions_[i])) reductions_[kept++] = reductions_[i];  // true at once for one completed above
   reductions_.resize(kept);
   reductions_.push_back(r);
   track_gathered();

@@ -125,7 +125,7 @@ TEST(Fsdp, GradientsMatchDenseParamsWithAndWithoutReshard) {
 // collective in flight, shows up as a wrong number or a failed check.
 class DeferredComm final : public Comm {
  public:
-  DeferredComm(Comm& inner, Backend& be) : inner_(inner), be_(be) {}
+  explicit DeferredComm(Comm& inner) : inner_(inner) {}
   int rank() const override { return inner_.rank(); }
   int world() const override { return inner_.world(); }
   void all_gather(Tensor r, Tensor s, size_t n) override { inner_.all_gather(r, s, n); }
@@ -185,7 +185,6 @@ class DeferredComm final : public Comm {
     return {next_};
   }
   Comm& inner_;
-  Backend& be_;
   std::map<uint64_t, Op> ops_;
   uint64_t next_ = 0;
 };
@@ -243,7 +242,7 @@ TEST(Fsdp, OverlappedCollectivesGiveTheSameTraining) {
         Comm& base_shard = hsdp ? *single : *gloo_shard;
         Comm* base_rep = hsdp ? gloo_rep.get() : nullptr;
         const std::vector<double> want = train(base_shard, base_rep, reshard, nullptr);
-        DeferredComm shard(base_shard, *be), rep(*gloo_rep, *be);
+        DeferredComm shard(base_shard), rep(*gloo_rep);
         const std::vector<double> got = train(shard, hsdp ? &rep : nullptr, reshard, &shard);
         const std::string what = std::string("rank ") + std::to_string(rank) + (hsdp ? " hsdp" : " fsdp") +
                                  (reshard ? " reshard" : " no-reshard") + ": ";
