@@ -24,6 +24,21 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
 }
 #endif
 
+const std::vector<std::string>& backend_devices() {
+  static const std::vector<std::string> v = {"cpu", "cuda"};
+  return v;
+}
+
+int visible_devices(const std::string& device, std::string* why) {
+  if (device == "cpu") return 1;
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (device == "cuda") return cuda::device_count(why);
+#else
+  if (device == "cuda" && why) *why = "this build has no CUDA backend (nvcc was not found at configure time)";
+#endif
+  return 0;
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& device, int device_index) {
   if (device == "cpu") return make_cpu_backend();
   if (device == "cuda") {

@@ -2,6 +2,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -11,5 +12,13 @@ namespace st {
 // on CUDA device `device_index` (a rank passes its LOCAL_RANK modulo the device
 // count, so the ranks of one host each get their own GPU). The CPU ignores it.
 std::unique_ptr<Backend> make_backend(const std::string& device, int device_index = 0);
+
+// The devices a run can train on ("cpu", "cuda"): the choices of train.device.
+const std::vector<std::string>& backend_devices();
+
+// How many devices of that kind this process can see: 1 for the CPU; for CUDA the
+// visible GPUs (0 in a build without CUDA, or when none is found; `why` then says
+// why where it can).
+int visible_devices(const std::string& device, std::string* why = nullptr);
 
 }  // namespace st

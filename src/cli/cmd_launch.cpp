@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "dist/launcher.h"
+#include "launch/launcher.h"
 
 namespace st {
 

@@ -13,14 +13,9 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/env.h"
-#include "dist/process_groups.h"
+#include "cli/rank_bringup.h"
 #include "fabric/nccl_check.h"
 #include "fabric/report.h"
-
-#ifdef SHARDTRAIN_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
 
 namespace st {
 
@@ -60,17 +55,19 @@ Command add_nccl_check_command(CLI::App& root) {
             fail("nccl-check needs NCCL on GPUs: this build has no CUDA (nvcc was not found at configure time)");
             return 1;
 #else
-            const DistEnv env = detect_dist_env(environ_map());
-            set_log_rank(env.rank, env.world);
             std::string why;
-            const int devices = cuda::device_count(&why);
-            ST_CHECK(devices > 0, "nccl-check needs NCCL on a GPU, and CUDA reports none", why.empty() ? "" : ": ", why);
-            auto backend = make_backend("cuda", env.local_rank % devices);
-            ProcessGroups groups = init_process_groups(env, *backend, 0, state->timeout_s, &state->fabric);
-            ST_CHECK(groups.fabric, "nccl-check: a world of 1 started by hand has no NCCL communicator; run it under "
-                                    "`shardtrain launch --nproc-per-node N -- nccl-check ...`");
+            ST_CHECK(visible_devices("cuda", &why) > 0, "nccl-check needs NCCL on a GPU, and CUDA reports none",
+                     why.empty() ? "" : ": ", why);
+            DistOptions dist;
+            dist.timeout_s = state->timeout_s;
+            RankContext rank = bring_up_rank("cuda", dist, &state->fabric, "");
+            ST_CHECK(rank.fabric, "nccl-check: a world of 1 started by hand has no NCCL communicator; run it under "
+                                  "`shardtrain launch --nproc-per-node N -- nccl-check ...`");
+            const DistEnv& env = rank.env;
+            Backend& backend = *rank.backend;
+            ProcessGroups& groups = rank.groups;
             const bool rank0 = env.rank == 0;
-            const FabricReport& report = *groups.fabric;
+            const FabricReport& report = *rank.fabric;
             const ExpectCheck expect = check_expected_transport(report, state->fabric.expect_transport);
             nlohmann::json out = {{"world", env.world}, {"transport_report", to_json(report)}};
             if (!state->fabric.expect_transport.empty())
@@ -91,7 +88,7 @@ Command add_nccl_check_command(CLI::App& root) {
                 log_info("fabric: expect_transport " + state->fabric.expect_transport + ": ok");
               log_info(check_table_header());
             }
-            const auto rows = run_nccl_sweep(*groups.world, *backend, state->check);
+            const auto rows = run_nccl_sweep(*groups.world, backend, state->check);
             nlohmann::json results = nlohmann::json::array();
             for (const NcclCheckRow& r : rows) {
               results.push_back(to_json(r));

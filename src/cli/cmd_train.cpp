@@ -3,36 +3,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "backend/factory.h"
 #include "cli/commands.h"
-#include "core/log.h"
-#include "dist/env.h"
-#include "dist/process_groups.h"
+#include "cli/rank_bringup.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
-#ifdef SHARDTRAIN_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
-
 namespace st {
-namespace {
-
-// This rank's GPU: LOCAL_RANK, wrapped around the devices it can see, so N ranks on
-// a host with N GPUs get one each, and a rank that was given a single GPU
-// (CUDA_VISIBLE_DEVICES per rank) takes that one.
-int local_device(const std::string& device, const DistEnv& env) {
-#ifdef SHARDTRAIN_HAVE_CUDA
-  if (device == "cuda") {
-    const int n = cuda::device_count(nullptr);
-    if (n > 0) return env.local_rank % n;
-  }
-#endif
-  return 0;  // the CPU, or no device: make_backend says why
-}
-
-}  // namespace
-
 Command add_train_command(CLI::App& root) {
   struct State {
     std::string config;
@@ -58,16 +34,16 @@ Command add_train_command(CLI::App& root) {
   add_config_options(*app, state->overrides);
   return {app, [state] {
             RunConfig cfg = load_run_config(state->config, state->overrides);
-            const DistEnv env = detect_dist_env(environ_map());
-            set_log_rank(env.rank, env.world);
-            auto backend = make_backend(cfg.device, local_device(cfg.device, env));
             FabricOptions fabric;
             fabric.transport = cfg.fabric_transport;
             fabric.socket_ifname = cfg.fabric_socket_ifname;
             fabric.expect_transport = cfg.fabric_expect_transport;
-            fabric.log_dir = cfg.fabric_log_dir.empty() ? cfg.out_dir + "/nccl" : cfg.fabric_log_dir;
-            ProcessGroups groups = init_process_groups(env, *backend, cfg.shard_group_size, cfg.timeout_s, &fabric);
-            Trainer trainer(cfg, *backend, groups);
+            fabric.log_dir = cfg.fabric_log_dir;
+            DistOptions dist;
+            dist.shard_group_size = cfg.shard_group_size;
+            dist.timeout_s = cfg.timeout_s;
+            RankContext rank = bring_up_rank(cfg.device, dist, &fabric, cfg.out_dir);
+            Trainer trainer(cfg, *rank.backend, rank.groups, rank.fabric);
             trainer.run();
             return 0;
           }};

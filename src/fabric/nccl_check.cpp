@@ -5,7 +5,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "dist/comm.h"
+#include "comm/comm.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include <cuda_runtime.h>

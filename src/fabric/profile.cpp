@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "dist/env.h"
+#include "core/environ.h"
 
 namespace st {
 

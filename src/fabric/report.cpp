@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "dist/tcp_store.h"
+#include "comm/tcp_store.h"
 
 namespace st {
 namespace {

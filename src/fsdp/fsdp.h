@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "dist/comm.h"
+#include "comm/comm.h"
 #include "model/layout.h"
 #include "model/param_provider.h"
 

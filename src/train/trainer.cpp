@@ -13,9 +13,10 @@
 
 namespace st {
 
-Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups)
+Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
+                 std::shared_ptr<const FabricReport> fabric)
     : cfg_(cfg), be_(backend), comm_(*groups.world), shard_(*groups.shard), replicate_(groups.replicate.get()),
-      fabric_(groups.fabric) {
+      fabric_(std::move(fabric)) {
   layout_ = std::make_unique<ParamLayout>(cfg.model, shard_.world());
   FsdpOptions fo;
   fo.compute_dtype = backend.device() == Device::CPU ? DType::F32 : DType::BF16;

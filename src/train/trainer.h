@@ -7,8 +7,9 @@
 
 #include "backend/backend.h"
 #include "data/source.h"
-#include "dist/comm.h"
-#include "dist/process_groups.h"
+#include "comm/comm.h"
+#include "comm/process_groups.h"
+#include "fabric/report.h"
 #include "fsdp/fsdp.h"
 #include "model/layout.h"
 #include "model/qwen2.h"
@@ -30,7 +31,9 @@ struct TrainResult {
 class Trainer {
  public:
   // out_dir empty: nothing is written to disk (tests). `groups` outlives the trainer.
-  Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups);
+  // `fabric`: the transport report of an NCCL run (null otherwise).
+  Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
+          std::shared_ptr<const FabricReport> fabric = nullptr);
   ~Trainer();
 
   void print_header() const;

@@ -5,8 +5,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "dist/fork_ranks.h"
-#include "dist/tcp_store.h"
+#include "support/fork_ranks.h"
+#include "comm/tcp_store.h"
 #include "fabric/nccl_check.h"
 #include "fabric/report.h"
 

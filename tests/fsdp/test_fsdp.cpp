@@ -8,15 +8,15 @@
 #include <map>
 
 #include "backend/backend.h"
-#include "dist/comm.h"
-#include "dist/comm_gloo.h"
-#include "dist/tcp_store.h"
+#include "comm/comm.h"
+#include "comm/comm_gloo.h"
+#include "comm/tcp_store.h"
 #include "fsdp/fsdp.h"
 #include "model/config.h"
 #include "model/dense_params.h"
 #include "model/init.h"
 #include "model/qwen2.h"
-#include "../dist/fork_ranks.h"
+#include "support/fork_ranks.h"
 
 namespace st {
 namespace {

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/shell.h"
-#include "../dist/fork_ranks.h"
+#include "support/fork_ranks.h"
 #include "backend/backend.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA

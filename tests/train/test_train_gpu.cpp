@@ -17,7 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/factory.h"
-#include "dist/process_groups.h"
+#include "comm/process_groups.h"
 #include "model/config.h"
 #include "train/trainer.h"
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "backend/backend.h"
-#include "dist/process_groups.h"
+#include "comm/process_groups.h"
 #include "model/config.h"
 #include "train/trainer.h"
 

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/launcher.h"
+#include "launch/launcher.h"
 
 extern char** environ;
 

@@ -39,7 +39,7 @@
 // ("rank 3: nccl reduce_scatter #812 did not complete within 300 s ..."). The clock
 // of an operation starts when it was enqueued or when the one before it completed,
 // whichever is later, so an operation queued behind slow ones is not blamed for them.
-#include "dist/comm_nccl.h"
+#include "comm/comm_nccl.h"
 
 #include "core/error.h"
 
@@ -63,7 +63,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "dist/tcp_store.h"
+#include "comm/tcp_store.h"
 
 namespace st {
 namespace {

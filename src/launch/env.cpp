@@ -38,7 +38,7 @@
 // Multi-node jobs need a master address: when the family gives none and there is
 // more than one node, that is an error; on one node it defaults to 127.0.0.1.
 // Empty variables count as unset (Kubernetes templates often expand to "").
-#include "dist/env.h"
+#include "launch/env.h"
 
 #include <cctype>
 #include <charconv>
@@ -47,8 +47,6 @@
 #include <vector>
 
 #include "core/error.h"
-
-extern char** environ;
 
 namespace st {
 namespace {
@@ -325,16 +323,6 @@ DistEnv detect_dist_env(const Env& env) {
   if (!chosen) return DistEnv{};
   validate(*chosen);
   return chosen->e;
-}
-
-std::map<std::string, std::string> environ_map() {
-  Env env;
-  for (char** p = environ; p && *p; ++p) {
-    const std::string kv = *p;
-    const size_t eq = kv.find('=');
-    if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
-  }
-  return env;
 }
 
 std::string slurm_first_host(const std::string& hostlist) {

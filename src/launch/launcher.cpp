@@ -13,7 +13,7 @@
 // every wake-up the ranks are reaped with waitpid(WNOHANG). Deadlines (SIGTERM ->
 // SIGKILL) become poll timeouts, so nothing spins. Output is relayed whole lines at a
 // time from this single thread, so lines of different ranks never mix mid-line.
-#include "dist/launcher.h"
+#include "launch/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>

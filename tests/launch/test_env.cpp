@@ -1,6 +1,6 @@
 // Launch contracts: each family, PyTorchJob's PET_*, Slurm hostlists, precedence,
 // conflicts and bad values.
-#include "dist/env.h"
+#include "launch/env.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 #include "backend/backend.h"
-#include "dist/comm.h"
-#include "dist/process_groups.h"
+#include "comm/comm.h"
+#include "comm/process_groups.h"
 
 namespace st {
 namespace {

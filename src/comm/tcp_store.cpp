@@ -6,7 +6,7 @@
 // passes, so every request gets exactly one reply and a client's timeout never
 // leaves a stale reply on the connection. Keys this file writes itself live under
 // "st/" (joined ranks, barriers); Gloo's keys live under each group's prefix.
-#include "dist/tcp_store.h"
+#include "comm/tcp_store.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

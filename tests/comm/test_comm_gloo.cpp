@@ -1,6 +1,6 @@
 // Gloo comm and process groups with 2 and 4 ranks, each a forked process on
 // 127.0.0.1. Values are small integers, so every sum is exact in f32 and f64.
-#include "dist/comm_gloo.h"
+#include "comm/comm_gloo.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "dist/process_groups.h"
-#include "dist/tcp_store.h"
-#include "fork_ranks.h"
+#include "comm/process_groups.h"
+#include "comm/tcp_store.h"
+#include "support/fork_ranks.h"
 
 namespace st {
 namespace {
@@ -145,7 +145,7 @@ double group_sum(Comm& c, int world_rank) {
 TEST(ProcessGroups, WorldOfFourWithShardGroupsOfTwo) {
   const int port = test::free_port();
   const auto errors = test::run_ranks(4, [&](int r) {
-    DistEnv env;
+    Rendezvous env;
     env.rank = r;
     env.world = 4;
     env.master_port = port;
@@ -168,7 +168,7 @@ TEST(ProcessGroups, WorldOfFourWithShardGroupsOfTwo) {
 TEST(ProcessGroups, ShardOverAllRanksHasNoReplicateGroup) {
   const int port = test::free_port();
   const auto errors = test::run_ranks(2, [&](int r) {
-    DistEnv env;
+    Rendezvous env;
     env.rank = r;
     env.world = 2;
     env.master_port = port;
@@ -182,11 +182,11 @@ TEST(ProcessGroups, ShardOverAllRanksHasNoReplicateGroup) {
 
 TEST(ProcessGroups, SingleProcessAndBadGroupSizes) {
   auto be = make_cpu_backend();
-  ProcessGroups g = init_process_groups(DistEnv{}, *be, 0, 5);
+  ProcessGroups g = init_process_groups(Rendezvous{}, *be, 0, 5);
   EXPECT_EQ(g.world->world(), 1);
   EXPECT_EQ(g.shard->world(), 1);
   EXPECT_EQ(g.replicate, nullptr);
-  DistEnv four;
+  Rendezvous four;
   four.world = 4;
   try {
     init_process_groups(four, *be, 3, 5);
@@ -203,7 +203,7 @@ TEST(ProcessGroups, MissingRankIsNamedAtJoin) {
   const int port = test::free_port();
   // Ranks 0 and 1 of 3 start; rank 2 never does.
   const auto errors = test::run_ranks(2, [&](int r) {
-    DistEnv env;
+    Rendezvous env;
     env.rank = r;
     env.world = 3;
     env.master_port = port;

@@ -5,6 +5,8 @@
 #include <map>
 #include <string>
 
+#include "core/environ.h"  // environ_map(), the usual argument
+
 namespace st {
 
 struct DistEnv {
@@ -20,7 +22,6 @@ struct DistEnv {
 // environ_map()). Precedence and conflict rules are documented in the .cpp and in
 // docs/operations.md; conflicting values are an st::Error naming both variables.
 DistEnv detect_dist_env(const std::map<std::string, std::string>& env);
-std::map<std::string, std::string> environ_map();
 
 // The first host of a Slurm hostlist ("node[01-04,07],gpu5" -> "node01"): where
 // rank 0 runs under srun's default block distribution. st::Error when malformed.

@@ -9,7 +9,7 @@
 //   a forked child. A rank still running after its deadline is killed and reported.
 //
 // Values are small integers, so every sum is exact in bf16 (8-bit mantissa) too.
-#include "dist/comm_nccl.h"
+#include "comm/comm_nccl.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -33,10 +33,9 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "dist/env.h"
-#include "dist/process_groups.h"
-#include "dist/tcp_store.h"
-#include "fork_ranks.h"
+#include "comm/process_groups.h"
+#include "comm/tcp_store.h"
+#include "support/fork_ranks.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -335,13 +334,11 @@ void child_collectives(int r, int W, int port) {
 // init_process_groups on CUDA: NCCL world, shard and replicate groups.
 void child_groups(int r, int W, int port, int G) {
   auto be = rank_backend(r);
-  DistEnv env;
+  Rendezvous env;
   env.rank = r;
   env.world = W;
-  env.local_rank = r;
-  env.local_world = W;
   env.master_port = port;
-  env.source = "test";
+  env.launched = true;
   ProcessGroups g = init_process_groups(env, *be, G, 60);
   const int GG = G == 0 ? W : G;
   ST_CHECK(g.world->world() == W && g.world->rank() == r, "rank ", r, ": world comm");
@@ -604,9 +601,9 @@ TEST(NcclCommGpu, LaunchedWorldOfOneUsesNccl) {
   auto be = make_cuda_backend(0);
   DevBuf f(*be, be->alloc(DType::F32, 4)), d(*be, be->alloc(DType::F64, 4));
   {
-    DistEnv env;
+    Rendezvous env;
     env.master_port = test::free_port();
-    env.source = "torchrun";
+    env.launched = true;
     ProcessGroups g = init_process_groups(env, *be, 0, 30);
     ASSERT_TRUE(g.world && g.shard);
     EXPECT_EQ(g.replicate, nullptr);
@@ -616,7 +613,7 @@ TEST(NcclCommGpu, LaunchedWorldOfOneUsesNccl) {
     EXPECT_EQ(group_sum(*g.shard, *be, 0), 0.0);
     EXPECT_EQ(g.world->all_reduce_sum(4.25), 4.25);
   }
-  ProcessGroups single = init_process_groups(DistEnv{}, *be, 0, 30);
+  ProcessGroups single = init_process_groups(Rendezvous{}, *be, 0, 30);
   EXPECT_FALSE(contains(error_of([&] { single.world->all_gather(d.t, f.t, 1); }), "nccl"));
 }
 

@@ -12,7 +12,7 @@
 //   all_reduce_sum  gloo::allreduce of one double
 // Every call passes the communicator's timeout and a fresh tag; all ranks issue the
 // same operations in the same order, so their tags match.
-#include "dist/comm_gloo.h"
+#include "comm/comm_gloo.h"
 
 #include <signal.h>
 

@@ -1,6 +1,6 @@
 // The rendezvous store: ranks as threads of this process (the store needs no fork),
 // each with its own connection, rank 0 serving.
-#include "dist/tcp_store.h"
+#include "comm/tcp_store.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "fork_ranks.h"
+#include "support/fork_ranks.h"
 
 namespace st {
 namespace {

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "dist/comm.h"
+#include "comm/comm.h"
 
 namespace gloo {
 namespace rendezvous {

@@ -1,0 +1,88 @@
+// Process groups: rendezvous once, then one communicator per group.
+//   world      all ranks                                   prefix "world"
+//   shard      ranks [g*G, (g+1)*G) for g = rank / G       prefix "shard<g>"
+//   replicate  ranks with the same rank % G (when G < W)   prefix "replicate<rank % G>"
+// G = 1 with W > 1 is plain data parallelism: no sharding, and the replicate group
+// (all ranks) all-reduces the gradients, so it is built then too.
+//
+// Transport: Gloo for the CPU backend, NCCL for CUDA. A world of 1 needs none, except
+// on CUDA under a launcher (`shardtrain launch --nproc-per-node 1`, torchrun, ...):
+// then world and shard are NCCL communicators of one rank, so a one-GPU launch runs
+// the same path as a multi-GPU job does.
+#include "comm/process_groups.h"
+
+#include <string>
+
+#include "comm/comm_gloo.h"
+#include "comm/comm_nccl.h"
+#include "comm/tcp_store.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace st {
+
+bool uses_nccl(const Rendezvous& where, const Backend& backend) {
+  return backend.device() == Device::CUDA && (where.world > 1 || where.launched);
+}
+
+ProcessGroups init_process_groups(const Rendezvous& where, Backend& backend, int shard_group_size,
+                                  double timeout_s) {
+  const int W = where.world;
+  ST_CHECK(W >= 1 && where.rank >= 0 && where.rank < W, "rank ", where.rank, " outside a world of ", W);
+  ST_CHECK(shard_group_size >= 0, "dist.shard_group_size must be 0 (all ranks) or positive, got ",
+           shard_group_size);
+  const int G = shard_group_size == 0 ? W : shard_group_size;
+  ST_CHECK(G <= W && W % G == 0, "dist.shard_group_size ", G, " does not divide the world of ", W,
+           " ranks: use a divisor of ", W, " (or 0 for all ranks)");
+
+  ProcessGroups groups;
+  const bool cuda = backend.device() == Device::CUDA;
+  if (W == 1 && !uses_nccl(where, backend)) {
+    groups.world = make_single_comm(backend);
+    groups.shard = make_single_comm(backend);
+    return groups;
+  }
+
+  const int rank = where.rank;
+  auto store = std::make_shared<TcpStore>(where.master_addr, where.master_port, rank, W, timeout_s);
+  groups.store = store;
+  // Everyone present before any group connects, so a missing rank is named here
+  // rather than surfacing as a Gloo key that never appeared.
+  store->barrier("join", W, timeout_s);
+  const int g = rank / G, pos = rank % G;
+
+  if (cuda) {
+    groups.nccl = true;
+    // Each communicator is set up collectively, in the same order on every rank
+    // (world, then shard, then replicate), so no rank waits on a group another rank
+    // has not reached.
+    groups.world = make_nccl_comm(*store, "world", rank, W, timeout_s, backend, rank);
+    // G = 1 with W > 1 shards nothing; with W = 1 it is the launched single rank,
+    // whose gathers and reduce-scatters go through NCCL too.
+    groups.shard = G == 1 && W > 1
+                       ? make_single_comm(backend)
+                       : make_nccl_comm(*store, "shard" + std::to_string(g), pos, G, timeout_s, backend, rank);
+    if (G < W)
+      groups.replicate = make_nccl_comm(*store, "replicate" + std::to_string(pos), g, W / G, timeout_s, backend, rank);
+    // The other shard or replicate groups may still be fetching their ids from the
+    // store when this rank is done with its own.
+    store->barrier("nccl_groups", W, timeout_s);
+    if (rank == 0)
+      log_info("comm: NCCL over " + std::to_string(W) + " rank(s), shard groups of " + std::to_string(G) +
+               (groups.replicate ? ", " + std::to_string(W / G) + " replicas" : std::string()));
+    return groups;
+  }
+
+  // Listen for Gloo peers on the address this host reaches rank 0 from: on one
+  // machine that is loopback, across machines the interface facing the others.
+  auto device = make_gloo_device(store->local_ip());
+
+  groups.world = make_gloo_comm(store, "world", rank, W, timeout_s, device, rank);
+  groups.shard = G == 1 ? make_single_comm(backend)
+                        : make_gloo_comm(store, "shard" + std::to_string(g), pos, G, timeout_s, device, rank);
+  if (G < W)
+    groups.replicate = make_gloo_comm(store, "replicate" + std::to_string(pos), g, W / G, timeout_s, device, rank);
+  return groups;
+}
+
+}  // namespace st

@@ -1,0 +1,60 @@
+// The communicators a run needs: the whole world (data positions, loss and token
+// counts), the shard group FSDP all-gathers and reduce-scatters over, and, for HSDP,
+// the replicate group (same position in every shard group) whose gradient shards are
+// all-reduced. With shard_group_size 0 or == world, replicate is null (plain FSDP).
+//
+// Transport only: which network NCCL should use, and the report of which one it
+// did use, belong to src/fabric (applied before, probed after init_process_groups).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "comm/comm.h"
+
+namespace st {
+
+class TcpStore;
+
+// Where this rank meets the others: its place in the world and rank 0's store.
+struct Rendezvous {
+  int rank = 0, world = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // Started by a launcher (torchrun, `shardtrain launch`, a Kubernetes Job, ...)
+  // rather than by hand: on CUDA a launched world of 1 still uses NCCL.
+  bool launched = false;
+};
+
+// The [dist] section of the run configuration.
+struct DistOptions {
+  int shard_group_size = 0;           // 0 = shard over all ranks (FSDP); G = HSDP groups of G
+  bool reshard_after_forward = true;  // FSDP: free gathered weights after forward
+  double timeout_s = 300;             // limit on every collective and rendezvous wait
+};
+
+struct ProcessGroups {
+  std::unique_ptr<Comm> world, shard, replicate;
+  // The rendezvous store, kept for exchanges after set-up (null for a world of one
+  // started by hand). Every rank holds a client; rank 0 also serves it.
+  std::shared_ptr<TcpStore> store;
+  bool nccl = false;  // world, shard and replicate are NCCL communicators
+};
+
+// Rendezvous through a TCP store served by rank 0 at where.master_addr:master_port,
+// then one communicator per group: Gloo for the CPU backend, NCCL for CUDA. Every
+// wait is bounded by timeout_s; a rank that never arrives is named in the error.
+// A world of 1 started by hand needs no network and gets single-process comms; on
+// CUDA, a world of 1 started by a launcher gets NCCL comms (the same path as many).
+// NCCL reads its environment at its first call, which happens here: set it before.
+ProcessGroups init_process_groups(const Rendezvous& where, Backend& backend, int shard_group_size,
+                                  double timeout_s);
+
+// Whether init_process_groups builds NCCL communicators for this rank: CUDA, and
+// more than one rank or a launched one.
+bool uses_nccl(const Rendezvous& where, const Backend& backend);
+
+// A world of one process (defined with the single-process comm).
+ProcessGroups make_single_process_groups(Backend& backend);
+
+}  // namespace st
