@@ -43,7 +43,7 @@ Command add_export_command(CLI::App& root) {
             ST_CHECK(!s->init_from.empty() || !s->preset.empty(), "export: give --init-from DIR or --preset NAME");
             check_export_dir(s->out, s->force);
             const ModelConfig cfg = s->init_from.empty() ? model_preset(s->preset) : load_hf_config(s->init_from);
-            const ParamLayout layout(cfg, 1);
+            const ParamLayout layout(cfg);
             std::vector<std::vector<float>> units;
             if (!s->init_from.empty()) {
               units = load_hf_weights(s->init_from, layout);

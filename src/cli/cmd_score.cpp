@@ -39,7 +39,7 @@ Command add_score_command(CLI::App& root) {
   app->add_option("--device", s->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   return {app, [s] {
             const ModelConfig cfg = load_hf_config(s->init_from);
-            const ParamLayout layout(cfg, 1);
+            const ParamLayout layout(cfg);
             const auto seqs = read_token_sequences(s->tokens, cfg.vocab_size, cfg.max_position_embeddings);
             auto backend = make_backend(s->device);
             const DType dt = backend->device() == Device::CPU ? DType::F32 : DType::BF16;

@@ -7,28 +7,18 @@
 
 namespace st {
 
-Fsdp::Fsdp(const ParamLayout& layout, Backend& backend, Comm& comm, Comm* replicate, FsdpOptions options)
-    : layout_(layout), be_(backend), comm_(comm), replicate_(replicate), opt_(options) {
-  ST_CHECK(layout.world() == comm.world(), "layout built for world ", layout.world(), " but the comm has ",
-           comm.world(), " ranks");
-  const size_t r = static_cast<size_t>(comm.rank());
-  for (const Unit& u : layout.units()) {
+Fsdp::Fsdp(const ShardPlan& plan, Backend& backend, Comm& comm, Comm* replicate, FsdpOptions options)
+    : plan_(plan), layout_(plan.layout()), be_(backend), comm_(comm), replicate_(replicate), opt_(options) {
+  ST_CHECK(plan.world() == comm.world(), "shard plan made for ", plan.world(), " ranks but the shard group has ",
+           comm.world());
+  for (int u = 0; u < plan.num_units(); ++u) {
     UnitState s;
-    const size_t n = u.shard_numel;
+    const size_t n = plan.shard_numel(u);
     s.master = be_.alloc(DType::F32, n);
     s.grad = be_.alloc(DType::F32, n);
     s.m = be_.alloc(DType::F32, n);
     s.v = be_.alloc(DType::F32, n);
-    // Split this rank's slice [r*n, (r+1)*n) of the unit by parameter decay.
-    const size_t lo = r * n, hi = lo + n;
-    for (const ParamSpec& p : u.params) {
-      const size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
-      if (a >= b) continue;
-      if (!s.spans.empty() && s.spans.back().decay == p.decay && s.spans.back().offset + s.spans.back().numel == a - lo)
-        s.spans.back().numel += b - a;
-      else
-        s.spans.push_back({a - lo, b - a, p.decay});
-    }
+    s.spans = plan.decay_spans(u, comm.rank());
     units_.push_back(s);
   }
 }
@@ -50,12 +40,10 @@ Fsdp::~Fsdp() {
 }
 
 void Fsdp::init_weights(uint64_t seed, double std) {
-  const size_t r = static_cast<size_t>(comm_.rank());
   for (int u = 0; u < layout_.num_units(); ++u) {
-    const Unit& unit = layout_.unit(u);
-    const size_t n = unit.shard_numel;
-    std::vector<float> v(n);
-    init_unit_values(unit, seed, std, r * n, (r + 1) * n, v.data());
+    const ElemRange r = plan_.range_of(u, comm_.rank());
+    std::vector<float> v(r.size());
+    init_unit_values(layout_.unit(u), seed, std, r.begin, r.end, v.data());
     be_.upload(units_[u].master, v.data());
   }
 }
@@ -64,9 +52,9 @@ void Fsdp::load_unit(int u, const std::vector<float>& values) {
   const Unit& unit = layout_.unit(u);
   ST_CHECK(values.size() == unit.numel, "unit '", unit.name, "' expects ", unit.numel, " values, got ",
            values.size());
-  const size_t n = unit.shard_numel, lo = static_cast<size_t>(comm_.rank()) * n;
-  std::vector<float> shard(n, 0.0f);
-  for (size_t i = 0; i < n && lo + i < unit.numel; ++i) shard[i] = values[lo + i];
+  const ElemRange r = plan_.range_of(u, comm_.rank()), valid = plan_.valid_range_of(u, comm_.rank());
+  std::vector<float> shard(r.size(), 0.0f);
+  std::copy(values.begin() + valid.begin, values.begin() + valid.end, shard.begin());
   UnitState& s = units_[u];
   if (s.refs == 0) drop_full(s);  // stale now (before the upload: an in-flight gather reads master)
   be_.upload(s.master, shard.data());
@@ -74,13 +62,24 @@ void Fsdp::load_unit(int u, const std::vector<float>& values) {
 
 std::vector<float> Fsdp::gather_unit(int u) {
   sync_grads();
-  const Unit& unit = layout_.unit(u);
-  Tensor all = be_.alloc(DType::F32, unit.padded_numel);
-  comm_.all_gather(all, units_[u].master, unit.shard_numel);
-  std::vector<float> v(unit.padded_numel);
+  Tensor all = be_.alloc(DType::F32, plan_.padded_numel(u));
+  comm_.all_gather(all, units_[u].master, plan_.shard_numel(u));
+  std::vector<float> v(plan_.padded_numel(u));
   be_.download(v.data(), all);
   be_.free(all);
-  v.resize(unit.numel);
+  v.resize(plan_.numel(u));
+  return v;
+}
+
+std::vector<float> Fsdp::download_shard(int u, ShardState which) {
+  if (which == ShardState::Grad) sync_grads();
+  const UnitState& s = units_.at(u);
+  const Tensor& t = which == ShardState::Master ? s.master
+                    : which == ShardState::Grad ? s.grad
+                    : which == ShardState::AdamM ? s.m
+                                                 : s.v;
+  std::vector<float> v(plan_.shard_numel(u));
+  be_.download(v.data(), t);
   return v;
 }
 
@@ -93,9 +92,11 @@ void Fsdp::zero_grads() {
 }
 
 void Fsdp::track_gathered() {
+  // A freed tensor keeps its shape (free() only clears the pointer): count live ones.
+  auto held = [](const Tensor& t) { return t.empty() ? size_t{0} : t.bytes(); };
   gathered_now_ = 0;
-  for (const auto& s : units_) gathered_now_ += s.full.bytes() + s.full_grad.bytes();
-  for (const Reduction& r : reductions_) gathered_now_ += r.full_grad.bytes() + r.part.bytes();
+  for (const auto& s : units_) gathered_now_ += held(s.full) + held(s.full_grad);
+  for (const Reduction& r : reductions_) gathered_now_ += held(r.full_grad) + held(r.part);
   gathered_peak_ = std::max(gathered_peak_, gathered_now_);
 }
 
@@ -104,9 +105,8 @@ void Fsdp::track_gathered() {
 // collective never reads the master weights the optimizer updates).
 void Fsdp::start_gather(int u) {
   UnitState& s = units_[u];
-  const Unit& unit = layout_.unit(u);
-  const size_t n = unit.shard_numel;
-  s.full = be_.alloc(opt_.compute_dtype, unit.padded_numel);
+  const size_t n = plan_.shard_numel(u);
+  s.full = be_.alloc(opt_.compute_dtype, plan_.padded_numel(u));
   Tensor mine = s.full.slice(static_cast<size_t>(comm_.rank()) * n, n);
   be_.copy(mine, s.master);
   s.gathering = comm_.all_gather_async(s.full, mine, n);
@@ -148,7 +148,7 @@ void Fsdp::release(int u, Pass pass) {
 Tensor Fsdp::grad(int u) {
   UnitState& s = units_.at(u);
   if (s.full_grad.empty()) {
-    s.full_grad = be_.alloc(DType::F32, layout_.unit(u).padded_numel);
+    s.full_grad = be_.alloc(DType::F32, plan_.padded_numel(u));
     track_gathered();
   }
   return s.full_grad;
@@ -157,7 +157,7 @@ Tensor Fsdp::grad(int u) {
 void Fsdp::grad_ready(int u) {
   UnitState& s = units_.at(u);
   ST_CHECK(!s.full_grad.empty(), "unit '", layout_.unit(u).name, "' has no gradient to reduce");
-  const size_t n = layout_.unit(u).shard_numel;
+  const size_t n = plan_.shard_numel(u);
   // An older reduction of this unit (previous micro-batch) must have reached the shard
   // first: the new one adds to it.
   for (Reduction& old : reductions_)
@@ -188,7 +188,7 @@ void Fsdp::grad_ready(int u) {
 // so every contribution is summed across the replicas exactly once.
 bool Fsdp::retire(Reduction& r) {
   UnitState& s = units_[r.unit];
-  const size_t n = layout_.unit(r.unit).shard_numel;
+  const size_t n = plan_.shard_numel(r.unit);
   if (r.replicating) {
     replicate_->wait(r.work);
     r.replicating = false;
@@ -231,7 +231,7 @@ void Fsdp::sync_grads() {
   for (int u = 0; u < layout_.num_units(); ++u) {
     UnitState& s = units_[u];
     if (!s.local) continue;
-    works.push_back(replicate_->all_reduce_async(s.grad, layout_.unit(u).shard_numel));
+    works.push_back(replicate_->all_reduce_async(s.grad, plan_.shard_numel(u)));
     s.local = false;
     s.synced = true;
   }
@@ -241,7 +241,7 @@ void Fsdp::sync_grads() {
 double Fsdp::grad_norm() {
   sync_grads();
   double local = 0;
-  for (int u = 0; u < layout_.num_units(); ++u) local += be_.sum_squares(units_[u].grad, layout_.unit(u).shard_numel);
+  for (int u = 0; u < layout_.num_units(); ++u) local += be_.sum_squares(units_[u].grad, plan_.shard_numel(u));
   return std::sqrt(comm_.all_reduce_sum(local));
 }
 
@@ -250,7 +250,7 @@ void Fsdp::step(const AdamWParams& params) {
   for (auto& s : units_) {
     ST_CHECK(s.refs == 0, "optimizer step while a unit is still gathered");
     drop_full(s);  // stale after this step (and a prefetch in flight must land first)
-    for (const Span& sp : s.spans) {
+    for (const DecaySpan& sp : s.spans) {
       AdamWParams p = params;
       if (!sp.decay) p.weight_decay = 0;
       be_.adamw(s.master.slice(sp.offset, sp.numel), s.grad.slice(sp.offset, sp.numel),

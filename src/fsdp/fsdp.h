@@ -25,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "fsdp/shard_plan.h"
 #include "model/layout.h"
 #include "model/param_provider.h"
 
@@ -42,11 +43,15 @@ struct FsdpMemory {
   size_t gathered_peak_bytes = 0;  // largest gathered weights + gradients seen at once
 };
 
+// The per-unit state a rank holds, each its shard of the unit (plan.shard_numel).
+enum class ShardState { Master, Grad, AdamM, AdamV };
+
 class Fsdp final : public ParamProvider {
  public:
   // `shard` all-gathers weights and reduce-scatters gradients; `replicate` (HSDP,
   // may be null) sums the gradient shards of ranks holding the same shard.
-  Fsdp(const ParamLayout& layout, Backend& backend, Comm& shard, Comm* replicate, FsdpOptions options);
+  // plan.world() must equal shard.world(); `plan` outlives this.
+  Fsdp(const ShardPlan& plan, Backend& backend, Comm& shard, Comm* replicate, FsdpOptions options);
   ~Fsdp() override;
   Fsdp(const Fsdp&) = delete;
   Fsdp& operator=(const Fsdp&) = delete;
@@ -65,6 +70,11 @@ class Fsdp final : public ParamProvider {
   void step(const AdamWParams& params);
 
   FsdpMemory memory() const;
+  const ShardPlan& plan() const { return plan_; }
+
+  // This rank's shard of unit u's `which` state, as fp32 on the host (padding
+  // included). The gradient is complete (every reduction retired) when read.
+  std::vector<float> download_shard(int u, ShardState which);
 
   // ParamProvider
   Tensor acquire(int unit, Pass pass) override;
@@ -82,10 +92,6 @@ class Fsdp final : public ParamProvider {
   void set_replica_sync(bool on) { replica_sync_ = on; }
 
  private:
-  struct Span {
-    size_t offset, numel;
-    bool decay;
-  };
   struct UnitState {
     Tensor master, grad, m, v;      // (shard) f32
     Tensor full;                    // (padded) compute dtype, while gathered
@@ -93,7 +99,7 @@ class Fsdp final : public ParamProvider {
     CommWork gathering;             // the all-gather filling `full`, until acquired
     bool gather_pending = false;
     int refs = 0;
-    std::vector<Span> spans;        // this rank's shard split by decay
+    std::vector<DecaySpan> spans;   // this rank's shard split by decay
     // HSDP: `grad` holds contributions summed across replicas / only this replica's.
     bool synced = false, local = false;
   };
@@ -111,6 +117,7 @@ class Fsdp final : public ParamProvider {
   bool retire(Reduction& r);             // advances one stage; true when it is complete
   void track_gathered();
 
+  const ShardPlan& plan_;
   const ParamLayout& layout_;
   Backend& be_;
   Comm& comm_;

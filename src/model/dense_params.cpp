@@ -7,8 +7,8 @@ namespace st {
 DenseParams::DenseParams(const ParamLayout& layout, Backend& backend, DType dtype, bool with_grads)
     : layout_(layout), be_(backend), dt_(dtype) {
   for (const Unit& u : layout.units()) {
-    weights_.push_back(be_.alloc(dt_, u.padded_numel));
-    grads_.push_back(with_grads ? be_.alloc(dt_, u.padded_numel) : Tensor{});
+    weights_.push_back(be_.alloc(dt_, u.numel));
+    grads_.push_back(with_grads ? be_.alloc(dt_, u.numel) : Tensor{});
   }
 }
 

@@ -10,7 +10,8 @@
 
 namespace st {
 
-// Writes unit elements [begin, end) of the unit's padded flat vector into out.
+// Writes unit elements [begin, end) into out; elements at or past unit.numel (a
+// shard's padding) are 0.
 void init_unit_values(const Unit& unit, uint64_t seed, double std, size_t begin, size_t end, float* out);
 
 }  // namespace st

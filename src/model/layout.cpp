@@ -1,5 +1,7 @@
 #include "model/layout.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace st {
@@ -24,15 +26,9 @@ void add(Unit& u, std::string name, std::vector<int64_t> shape) {
   u.params.push_back(std::move(p));
 }
 
-void pad(Unit& u, int world) {
-  u.padded_numel = (u.numel + world - 1) / world * world;
-  u.shard_numel = u.padded_numel / world;
-}
-
 }  // namespace
 
-ParamLayout::ParamLayout(const ModelConfig& cfg, int world) : cfg_(cfg), world_(world) {
-  ST_CHECK(world >= 1, "world size must be >= 1, got ", world);
+ParamLayout::ParamLayout(const ModelConfig& cfg) : cfg_(cfg) {
   const int64_t C = cfg.hidden_size, F = cfg.intermediate_size, V = cfg.vocab_size;
   const int64_t hd = cfg.head_dim(), q = cfg.num_heads * hd, kv = cfg.num_kv_heads * hd;
 
@@ -56,9 +52,13 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, int world) : cfg_(cfg), world_(
     add(b, p + "mlp.up_proj.weight", {F, C});
     add(b, p + "mlp.down_proj.weight", {C, F});
     if (l == 0) {
-      const auto& ps = b.params;
-      block_ = BlockOffsets{ps[0].offset, ps[1].offset, ps[4].offset, ps[7].offset,
-                            ps[8].offset, ps[9].offset, ps[11].offset};
+      // The fused ranges start at their first tensor; the order above keeps the rest
+      // of each one right behind it.
+      auto at = [&](const char* name) { return b.param(p + name).offset; };
+      block_ = BlockOffsets{at("input_layernorm.weight"),          at("self_attn.q_proj.weight"),
+                            at("self_attn.q_proj.bias"),           at("self_attn.o_proj.weight"),
+                            at("post_attention_layernorm.weight"), at("mlp.gate_proj.weight"),
+                            at("mlp.down_proj.weight")};
     }
     units_.push_back(std::move(b));
   }
@@ -67,12 +67,16 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, int world) : cfg_(cfg), world_(
   add(fin, "model.norm.weight", {C});
   if (!cfg.tie_word_embeddings) add(fin, "lm_head.weight", {V, C});
   units_.push_back(std::move(fin));
-
-  for (auto& u : units_) pad(u, world);
 }
 
 size_t ParamLayout::lm_head_offset() const {
-  return cfg_.tie_word_embeddings ? 0 : units_.back().params[1].offset;
+  return cfg_.tie_word_embeddings ? 0 : units_.back().param("lm_head.weight").offset;
+}
+
+size_t ParamLayout::largest_unit_numel() const {
+  size_t n = 0;
+  for (const auto& u : units_) n = std::max(n, u.numel);
+  return n;
 }
 
 bool ParamLayout::find(const std::string& name, int* unit, const ParamSpec** spec) const {

@@ -1,9 +1,9 @@
 // The Qwen2 parameter layout: which tensors exist, their shapes, and where each
-// lives inside its FSDP unit's flat buffer. Units are the embedding, each decoder
-// block, and the final norm (+ lm_head when untied). A unit's buffer is padded to a
-// multiple of the world size so that rank r owns the contiguous slice
-// [r * shard, (r + 1) * shard): a checkpoint saved at N ranks reshards to M by
-// offset arithmetic alone.
+// lives inside its unit's flat buffer. Units are the embedding, each decoder block,
+// and the final norm (+ lm_head when untied). The layout knows nothing of ranks:
+// how a unit is padded and split across them is src/fsdp/shard_plan.h's business.
+// A buffer handed to the model may be longer than the unit (padding); only
+// [0, numel) is read.
 //
 // Inside a block the order is chosen so that fused GEMMs read one contiguous
 // weight: q,k,v weights back to back ((H+2KV)*hd, C), then q,k,v biases, and
@@ -30,23 +30,27 @@ struct Unit {
   std::string name;            // "embed", "layers.3", "final"
   std::vector<ParamSpec> params;
   size_t numel = 0;            // sum of params
-  size_t padded_numel = 0;     // numel rounded up to a multiple of world
-  size_t shard_numel = 0;      // padded_numel / world
 
   const ParamSpec& param(const std::string& name) const;
 };
 
-// Offsets of one block's tensors within its unit (see the order above).
+// Offsets of one block's tensors within its unit (see the order above), looked up by
+// name; C hidden, hd head dim, H heads, KV kv heads, F intermediate.
 struct BlockOffsets {
-  size_t ln1, qkv_w, qkv_b, o_w, ln2, gate_up_w, down_w;
+  size_t ln1;        // (C)                input_layernorm.weight
+  size_t qkv_w;      // ((H+2KV)*hd, C)    q_proj, k_proj, v_proj weights back to back
+  size_t qkv_b;      // ((H+2KV)*hd)       q_proj, k_proj, v_proj biases back to back
+  size_t o_w;        // (C, H*hd)          o_proj.weight
+  size_t ln2;        // (C)                post_attention_layernorm.weight
+  size_t gate_up_w;  // (2F, C)            gate_proj, up_proj weights back to back
+  size_t down_w;     // (C, F)             down_proj.weight
 };
 
 class ParamLayout {
  public:
-  ParamLayout(const ModelConfig& cfg, int world);
+  explicit ParamLayout(const ModelConfig& cfg);
 
   const ModelConfig& config() const { return cfg_; }
-  int world() const { return world_; }
   const std::vector<Unit>& units() const { return units_; }
   const Unit& unit(int u) const { return units_.at(u); }
   int num_units() const { return static_cast<int>(units_.size()); }
@@ -64,11 +68,11 @@ class ParamLayout {
 
   // Finds a tensor by its Hugging Face name; returns false if there is none.
   bool find(const std::string& name, int* unit, const ParamSpec** spec) const;
-  size_t total_numel() const;     // unpadded, tied embedding once
+  size_t total_numel() const;     // tied embedding once
+  size_t largest_unit_numel() const;
 
  private:
   ModelConfig cfg_;
-  int world_;
   std::vector<Unit> units_;
   BlockOffsets block_{};
 };

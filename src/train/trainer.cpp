@@ -17,11 +17,12 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
                  std::shared_ptr<const FabricReport> fabric)
     : cfg_(cfg), be_(backend), comm_(*groups.world), shard_(*groups.shard), replicate_(groups.replicate.get()),
       fabric_(std::move(fabric)) {
-  layout_ = std::make_unique<ParamLayout>(cfg.model, shard_.world());
+  layout_ = std::make_unique<ParamLayout>(cfg.model);
+  plan_ = std::make_unique<ShardPlan>(*layout_, shard_.world());
   FsdpOptions fo;
   fo.compute_dtype = backend.device() == Device::CPU ? DType::F32 : DType::BF16;
   fo.reshard_after_forward = cfg.reshard_after_forward;
-  fsdp_ = std::make_unique<Fsdp>(*layout_, be_, shard_, replicate_, fo);
+  fsdp_ = std::make_unique<Fsdp>(*plan_, be_, shard_, replicate_, fo);
   fsdp_->init_weights(cfg.seed);
   if (!cfg.init_from.empty()) {
     const auto units = load_hf_weights(cfg.init_from, *layout_);
@@ -44,6 +45,26 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
 }
 
 Trainer::~Trainer() = default;
+
+std::string Trainer::memory_check_line(size_t measured_peak) const {
+  const size_t cdt = dtype_size(be_.device() == Device::CPU ? DType::F32 : DType::BF16);
+  const GatheredMemory g = plan_->gathered_peak(cdt, cfg_.reshard_after_forward);
+  std::string line = "memory in step 1: ";
+  if (measured_peak > 0)
+    line += "peak " + human_bytes(static_cast<double>(measured_peak)) + " measured, " +
+            human_bytes(static_cast<double>(estimated_peak_bytes())) + " estimated; ";
+  line += "gathered units " + human_bytes(static_cast<double>(fsdp_->memory().gathered_peak_bytes)) +
+          " measured, " + human_bytes(static_cast<double>(g.total())) + " estimated";
+  return line;
+}
+
+size_t Trainer::estimated_peak_bytes() const {
+  const FsdpMemory mem = fsdp_->memory();
+  const size_t cdt = dtype_size(be_.device() == Device::CPU ? DType::F32 : DType::BF16);
+  return mem.master_bytes + mem.grad_bytes + mem.optimizer_bytes +
+         plan_->gathered_peak(cdt, cfg_.reshard_after_forward).total() + model_->activation_bytes() +
+         be_.workspace_bytes();
+}
 
 void Trainer::print_header() const {
   const ModelConfig& m = cfg_.model;
@@ -82,27 +103,27 @@ void Trainer::print_header() const {
                   cfg_.peak_tflops > 0 ? "train.peak_tflops" : be_.name().c_str());
     log_info(buf);
   }
-  // What this rank holds. Gathered units come and go; the largest unit's weights and
-  // fp32 gradient bound what one gathered unit adds at a time.
+  // What this rank holds: its shards for the whole run, and at the worst point of a
+  // step the gathered units, the reductions in flight and the activations.
   const FsdpMemory mem = fsdp_->memory();
-  size_t largest = 0;
-  for (const Unit& u : layout_->units()) largest = std::max(largest, u.padded_numel);
   const size_t cdt = dtype_size(be_.device() == Device::CPU ? DType::F32 : DType::BF16);
-  const size_t gathered = largest * (cdt + 4);
-  const size_t total = mem.master_bytes + mem.grad_bytes + mem.optimizer_bytes + gathered +
-                       model_->activation_bytes() + be_.workspace_bytes();
+  const GatheredMemory gathered = plan_->gathered_peak(cdt, cfg_.reshard_after_forward);
   log_info("memory per rank (sharded over " + std::to_string(shard_.world()) + "):");
-  auto row = [&](const char* what, size_t bytes) {
-    std::snprintf(buf, sizeof buf, "  %-44s %12s", what, human_bytes(static_cast<double>(bytes)).c_str());
+  auto row = [&](const std::string& what, size_t bytes) {
+    std::snprintf(buf, sizeof buf, "  %-58s %12s", what.c_str(), human_bytes(static_cast<double>(bytes)).c_str());
     log_info(buf);
   };
   row("weights (fp32 master shard)", mem.master_bytes);
   row("gradients (fp32 shard)", mem.grad_bytes);
   row("optimizer state (fp32 AdamW m and v)", mem.optimizer_bytes);
-  row("gathered unit (largest: weights + fp32 grads)", gathered);
+  log_info("  gathered at the peak: " + gathered.where);
+  row("  unit weights (computing + prefetched)", gathered.weights);
+  if (gathered.held_tied_embedding) row("  tied embedding (held from forward to backward)", gathered.held_tied_embedding);
+  if (gathered.grads) row("  unit gradients (fp32, accumulating)", gathered.grads);
+  if (gathered.in_flight) row("  reduction in flight (fp32 input + shard)", gathered.in_flight);
   row("activations and scratch (one micro-batch)", model_->activation_bytes());
   row("workspace", be_.workspace_bytes());
-  row("total (estimate)", total);
+  row("total (estimate)", estimated_peak_bytes());
   if (fabric_) {
     for (const std::string& line : format_transport_report(*fabric_)) log_info(line);
     if (!cfg_.fabric_expect_transport.empty()) {
@@ -205,12 +226,14 @@ TrainResult Trainer::run(bool verbose) {
     r.grad_norms.push_back(m.grad_norm);
     if (s > 0) timed_tokens += m.tokens_per_s * m.step_s, timed_s += m.step_s;  // step 1 warms up
     if (metrics) metrics->write_step(m);
+    const size_t step1_peak = s == 0 ? be_.peak_allocated_bytes() : 0;
     if (s == 0) be_.reset_peak_allocated();  // the first step's transient set-up is not the steady state
     if (!out) continue;
     if (s == 0 || m.step % cfg_.log_every == 0 || m.step == cfg_.steps) {
       bar.clear();
       log_info(format_step_line(m));
     }
+    if (s == 0) log_info(memory_check_line(step1_peak));
     bar.update(m);
   }
   bar.clear();

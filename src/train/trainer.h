@@ -37,6 +37,10 @@ class Trainer {
   ~Trainer();
 
   void print_header() const;
+  // What the memory table adds up to: shards, the gathered peak, activations, workspace.
+  size_t estimated_peak_bytes() const;
+  // "memory in step 1: peak X measured, Y estimated; gathered units ..." (rank 0 prints it).
+  std::string memory_check_line(size_t measured_peak) const;
   // One optimizer step (0-based); returns its metrics.
   StepMetrics step(int s);
   // All cfg.steps steps with output; `verbose` false prints nothing.
@@ -56,6 +60,7 @@ class Trainer {
   Comm* replicate_;
   std::shared_ptr<const FabricReport> fabric_;  // NCCL runs: the transport report (null otherwise)
   std::unique_ptr<ParamLayout> layout_;
+  std::unique_ptr<ShardPlan> plan_;
   std::unique_ptr<Fsdp> fsdp_;
   std::unique_ptr<Qwen2Model> model_;
   std::unique_ptr<TokenSource> data_;

@@ -32,8 +32,9 @@ ModelConfig cfg() {
 TEST(Fsdp, InitEqualsTheLayoutInitAndRoundTrips) {
   auto be = make_cpu_backend();
   auto comm = make_single_comm(*be);
-  ParamLayout layout(cfg(), 1);
-  Fsdp f(layout, *be, *comm, nullptr, {});
+  ParamLayout layout(cfg());
+  ShardPlan plan(layout, 1);
+  Fsdp f(plan, *be, *comm, nullptr, {});
   f.init_weights(11);
   for (int u = 0; u < layout.num_units(); ++u) {
     const Unit& unit = layout.unit(u);
@@ -50,15 +51,16 @@ TEST(Fsdp, InitEqualsTheLayoutInitAndRoundTrips) {
 TEST(Fsdp, ShardInitDoesNotDependOnWorldSize) {
   // Rank r's shard at world W holds exactly elements [r*s, (r+1)*s) of the world-1 values.
   const ModelConfig c = cfg();
-  ParamLayout one(c, 1), three(c, 3);
-  for (int u = 0; u < one.num_units(); ++u) {
-    const Unit& a = one.unit(u);
-    const Unit& b = three.unit(u);
-    std::vector<float> whole(a.numel), part(b.shard_numel);
+  ParamLayout layout(c);
+  ShardPlan three(layout, 3);
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const Unit& a = layout.unit(u);
+    const ElemRange r = three.range_of(u, 2);
+    std::vector<float> whole(a.numel), part(r.size());
     init_unit_values(a, 5, 0.02, 0, a.numel, whole.data());
-    init_unit_values(b, 5, 0.02, 2 * b.shard_numel, 3 * b.shard_numel, part.data());
-    for (size_t i = 0; i < b.shard_numel; ++i) {
-      const size_t g = 2 * b.shard_numel + i;
+    init_unit_values(a, 5, 0.02, r.begin, r.end, part.data());
+    for (size_t i = 0; i < r.size(); ++i) {
+      const size_t g = r.begin + i;
       ASSERT_EQ(part[i], g < a.numel ? whole[g] : 0.0f) << a.name << " " << g;
     }
   }
@@ -67,8 +69,9 @@ TEST(Fsdp, ShardInitDoesNotDependOnWorldSize) {
 TEST(Fsdp, WeightDecayOnlyOnMatrices) {
   auto be = make_cpu_backend();
   auto comm = make_single_comm(*be);
-  ParamLayout layout(cfg(), 1);
-  Fsdp f(layout, *be, *comm, nullptr, {});
+  ParamLayout layout(cfg());
+  ShardPlan plan(layout, 1);
+  Fsdp f(plan, *be, *comm, nullptr, {});
   f.init_weights(3);
   const int u = layout.layer_unit(0);
   std::vector<float> v = f.gather_unit(u);
@@ -88,7 +91,7 @@ TEST(Fsdp, GradientsMatchDenseParamsWithAndWithoutReshard) {
   const ModelConfig c = cfg();
   auto be = make_cpu_backend();
   auto comm = make_single_comm(*be);
-  ParamLayout layout(c, 1);
+  ParamLayout layout(c);
   const int B = 2, T = 8;
   std::vector<int32_t> tok(B * T), tgt(B * T);
   for (int i = 0; i < B * T; ++i) tok[i] = (i * 31) % 256, tgt[i] = (i * 17 + 3) % 256;
@@ -108,12 +111,25 @@ TEST(Fsdp, GradientsMatchDenseParamsWithAndWithoutReshard) {
   for (bool reshard : {true, false}) {
     FsdpOptions o;
     o.reshard_after_forward = reshard;
-    Fsdp f(layout, *be, *comm, nullptr, o);
+    ShardPlan plan(layout, 1);
+    Fsdp f(plan, *be, *comm, nullptr, o);
     f.init_weights(9);
     f.zero_grads();
     const LossSum lf = model.forward_backward(f, tok.data(), tgt.data(), 1.0f / (B * T), -100);
     EXPECT_EQ(lf.sum, ld.sum);
     EXPECT_NEAR(f.grad_norm(), std::sqrt(want_sq), 1e-6 * std::sqrt(want_sq));
+    // Element by element, every unit: the same program on the same values gives the
+    // same bits, whatever path the gradient took through the shard.
+    size_t at = 0, differ = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+      const std::vector<float> got = f.download_shard(u, ShardState::Grad);
+      ASSERT_EQ(got.size(), plan.shard_numel(u));
+      for (size_t i = 0; i < layout.unit(u).numel; ++i) differ += static_cast<double>(got[i]) != want[at + i];
+      for (size_t i = layout.unit(u).numel; i < got.size(); ++i) differ += got[i] != 0.0f;  // padding
+      at += layout.unit(u).numel;
+    }
+    EXPECT_EQ(at, want.size());
+    EXPECT_EQ(differ, 0u) << (reshard ? "reshard" : "no reshard");
     EXPECT_GT(f.memory().gathered_peak_bytes, 0u);
   }
 }
@@ -207,11 +223,12 @@ TEST(Fsdp, OverlappedCollectivesGiveTheSameTraining) {
     auto gloo_rep = make_gloo_comm(store, "replicate", rank, world, 30);
     auto single = make_single_comm(*be);
     auto train = [&](Comm& shard, Comm* replicate, bool reshard, DeferredComm* watch) {
-      ParamLayout layout(c, shard.world());
+      ParamLayout layout(c);
+      ShardPlan plan(layout, shard.world());
       Qwen2Model model(layout, *be, DType::F32, B, T);
       FsdpOptions o;
       o.reshard_after_forward = reshard;
-      Fsdp f(layout, *be, shard, replicate, o);
+      Fsdp f(plan, *be, shard, replicate, o);
       f.init_weights(21);
       std::vector<double> trace;
       for (int step = 0; step < 3; ++step) {
@@ -269,7 +286,7 @@ TEST(Init, ThreadedLargeRangesGiveTheSameBits) {
   ParamSpec w{"model.embed_tokens.weight", {3000, 3000}, 0, 9000000, true};
   ParamSpec n{"model.norm.weight", {3000}, 9000000, 3000, false};
   u.params = {w, n};
-  u.numel = u.padded_numel = u.shard_numel = 9003000;
+  u.numel = 9003000;
   std::vector<float> whole(u.numel), pieces(u.numel);
   init_unit_values(u, 42, 0.02, 0, u.numel, whole.data());  // large: split across threads
   for (size_t lo = 0; lo < u.numel; lo += 1000000)           // small: one thread each

@@ -44,7 +44,7 @@ std::vector<std::vector<float>> init_units(const ParamLayout& layout, uint64_t s
 
 TEST(HfCheckpoint, ExportThenLoadIsExactInF32AndRoundedInBf16) {
   for (bool tied : {true, false}) {
-    const ParamLayout layout(small(tied), 1);
+    const ParamLayout layout(small(tied));
     const auto units = init_units(layout, 4);
     const fs::path dir = temp(tied ? "f32_tied" : "f32_untied");
     ExportOptions o;
@@ -69,7 +69,7 @@ TEST(HfCheckpoint, ExportThenLoadIsExactInF32AndRoundedInBf16) {
 }
 
 TEST(HfCheckpoint, ShardedExportLoadsBack) {
-  const ParamLayout layout(small(false), 1);
+  const ParamLayout layout(small(false));
   const auto units = init_units(layout, 5);
   const fs::path dir = temp("sharded");
   ExportOptions o;
@@ -83,14 +83,14 @@ TEST(HfCheckpoint, ShardedExportLoadsBack) {
 TEST(HfCheckpoint, MismatchesAreListedTogether) {
   // A checkpoint of a 2-layer model read as a 3-layer model with a different
   // hidden size: missing layer-2 tensors and wrong shapes in one message.
-  const ParamLayout two(small(true), 1);
+  const ParamLayout two(small(true));
   const fs::path dir = temp("mismatch");
   export_hf_model(dir, two, init_units(two, 1), {});
   ModelConfig three = small(true);
   three.num_layers = 3;
   three.intermediate_size = 48;
   try {
-    load_hf_weights(dir.string(), ParamLayout(three, 1));
+    load_hf_weights(dir.string(), ParamLayout(three));
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -100,7 +100,7 @@ TEST(HfCheckpoint, MismatchesAreListedTogether) {
     EXPECT_NE(m.find("model.layers.0.mlp.gate_proj.weight: expected [48, 32], found [40, 32]"), std::string::npos) << m;
   }
   // Untied checkpoint read as tied: lm_head.weight is unexpected.
-  const ParamLayout untied(small(false), 1);
+  const ParamLayout untied(small(false));
   const fs::path udir = temp("untied_as_tied");
   export_hf_model(udir, untied, init_units(untied, 2), {});
   try {
@@ -113,7 +113,7 @@ TEST(HfCheckpoint, MismatchesAreListedTogether) {
 }
 
 TEST(HfCheckpoint, ExportRefusesANonEmptyDirectoryAndKeepsIt) {
-  const ParamLayout layout(small(true), 1);
+  const ParamLayout layout(small(true));
   const fs::path dir = temp("keep");
   ExportOptions o;
   o.dtype = DType::F32;

@@ -41,7 +41,7 @@ TEST(HfParity, LogitsAndLossMatchTransformers) {
   for (const fs::path& dir : cases()) {
     SCOPED_TRACE(dir.filename().string());
     const ModelConfig cfg = load_hf_config(dir.string());
-    const ParamLayout layout(cfg, 1);
+    const ParamLayout layout(cfg);
     auto be = make_cpu_backend();
     DenseParams params(layout, *be, DType::F32, false);
     const auto units = load_hf_weights(dir.string(), layout);

@@ -43,7 +43,7 @@ TEST_P(ModelGrad, MatchesFiniteDifferences) {
   const ModelConfig cfg = tiny_cfg(cs.tied, cs.kv);
   const int B = 2, T = 5, N = B * T, ignore = -100;
   auto be = make_cpu_backend();
-  ParamLayout layout(cfg, 1);
+  ParamLayout layout(cfg);
   DenseParams params(layout, *be, DType::F64, /*with_grads=*/true);
   params.init(7, 0.3);  // large init so every path carries signal
   // Randomise norms and biases too: they are 1 and 0 at init, which hides errors.
@@ -109,7 +109,7 @@ TEST(Model, F32ForwardAgreesWithF64) {
   const ModelConfig cfg = tiny_cfg(true, 2);
   const int B = 2, T = 7;
   auto be = make_cpu_backend();
-  ParamLayout layout(cfg, 1);
+  ParamLayout layout(cfg);
   DenseParams p64(layout, *be, DType::F64, false), p32(layout, *be, DType::F32, false);
   p64.init(3);
   p32.init(3);

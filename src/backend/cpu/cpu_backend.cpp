@@ -3,6 +3,7 @@
 // Single-threaded apart from OpenBLAS, so results are reproducible run to run.
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -97,12 +98,17 @@ class CpuBackend final : public Backend {
     t.data = std::aligned_alloc(64, bytes);
     ST_CHECK(t.data, "cpu backend: out of memory allocating ", bytes, " bytes");
     std::memset(t.data, 0, bytes);
+    allocated_ += bytes;
+    peak_ = std::max(peak_, allocated_);
     return t;
   }
   void free(Tensor& t) override {
+    if (t.data) allocated_ -= (t.bytes() + 63) / 64 * 64;
     std::free(t.data);
     t.data = nullptr;
   }
+  size_t peak_allocated_bytes() const override { return peak_; }
+  void reset_peak_allocated() override { peak_ = allocated_; }
   void zero(Tensor t) override {
     if (!t.empty()) std::memset(t.data, 0, t.bytes());
   }
@@ -359,6 +365,8 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  size_t allocated_ = 0, peak_ = 0;  // bytes held by alloc(), and the most at once
+
   static void check_heads(const char* op, int B, int T, int H, int KV, int hd) {
     check_dim(op, "B", B), check_dim(op, "T", T), check_dim(op, "H", H), check_dim(op, "KV", KV),
         check_dim(op, "hd", hd);
