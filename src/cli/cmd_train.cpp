@@ -34,15 +34,7 @@ Command add_train_command(CLI::App& root) {
   add_config_options(*app, state->overrides);
   return {app, [state] {
             RunConfig cfg = load_run_config(state->config, state->overrides);
-            FabricOptions fabric;
-            fabric.transport = cfg.fabric_transport;
-            fabric.socket_ifname = cfg.fabric_socket_ifname;
-            fabric.expect_transport = cfg.fabric_expect_transport;
-            fabric.log_dir = cfg.fabric_log_dir;
-            DistOptions dist;
-            dist.shard_group_size = cfg.shard_group_size;
-            dist.timeout_s = cfg.timeout_s;
-            RankContext rank = bring_up_rank(cfg.device, dist, &fabric, cfg.out_dir);
+            RankContext rank = bring_up_rank(cfg.train.device, cfg.dist, &cfg.fabric, cfg.run.out_dir);
             Trainer trainer(cfg, *rank.backend, rank.groups, rank.fabric);
             trainer.run();
             return 0;

@@ -27,6 +27,16 @@ struct BatchPosition {
   }
 };
 
+// The [data] section of the run configuration.
+struct DataOptions {
+  std::string source = "text";                                  // one of data_sources()
+  std::vector<std::string> paths = {"/usr/share/common-licenses"};  // text files or directories
+  int ignore_index = -100;                                      // target id the loss skips (negative)
+};
+
+// The kinds of data.source: random, text.
+const std::vector<std::string>& data_sources();
+
 class TokenSource {
  public:
   virtual ~TokenSource() = default;
@@ -43,5 +53,9 @@ std::unique_ptr<TokenSource> make_random_source(int vocab_size, uint64_t seed);
 // more than T+1 bytes; errors name the path.
 std::unique_ptr<TokenSource> make_text_source(const std::vector<std::string>& paths, int vocab_size,
                                               uint64_t seed, int seq_len);
+
+// The source data.source names, for a model of `vocab_size` ids.
+std::unique_ptr<TokenSource> make_token_source(const DataOptions& options, int vocab_size, uint64_t seed,
+                                               int seq_len);
 
 }  // namespace st

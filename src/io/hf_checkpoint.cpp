@@ -86,6 +86,17 @@ std::vector<std::vector<float>> load_hf_weights(const std::string& dir, const Pa
   return units;
 }
 
+const std::vector<std::string>& export_dtypes() {
+  static const std::vector<std::string> v = {"bf16", "f32"};
+  return v;
+}
+
+DType parse_export_dtype(const std::string& name) {
+  if (name == "bf16") return DType::BF16;
+  if (name == "f32") return DType::F32;
+  fail("export dtype must be bf16 or f32, got '", name, "'");
+}
+
 void check_export_dir(const std::string& dir, bool overwrite) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return;

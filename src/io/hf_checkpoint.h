@@ -26,6 +26,10 @@ struct ExportOptions {
 // a model. Call before long work so that nothing is lost at the end.
 void check_export_dir(const std::string& dir, bool overwrite);
 
+// The dtypes an export can be written in ("bf16", "f32"), and the one a name means.
+const std::vector<std::string>& export_dtypes();
+DType parse_export_dtype(const std::string& name);
+
 // Writes config.json and the safetensors file(s) that Qwen2ForCausalLM.from_pretrained
 // reads. Each file is written to a temporary name and renamed into place.
 void export_hf_model(const std::string& dir, const ParamLayout& layout,

@@ -25,6 +25,15 @@ struct ModelConfig {
   long long num_params() const;
 };
 
+// The [model] section of the run configuration: where the model comes from, and
+// experiment overrides of its dimensions (0 keeps the preset's / config.json's value).
+struct ModelOptions {
+  std::string preset = "tiny";   // one of model_preset_names()
+  std::string config;            // Hugging Face config.json (file or directory); wins over preset
+  std::string init_from;         // Hugging Face model directory whose weights start the run
+  int layers = 0, hidden_size = 0, intermediate_size = 0, heads = 0, kv_heads = 0, vocab_size = 0;
+};
+
 // Names of the built-in presets: tiny, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b.
 std::vector<std::string> model_preset_names();
 // Throws st::Error listing the known names when `name` is unknown.

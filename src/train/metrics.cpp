@@ -60,6 +60,11 @@ void MetricsLog::write_step(const StepMetrics& m) {
          {"mfu", m.mfu}});
 }
 
+const std::vector<std::string>& progress_modes() {
+  static const std::vector<std::string> v = {"auto", "on", "off"};
+  return v;
+}
+
 ProgressBar::ProgressBar(const std::string& mode) {
   enabled_ = mode == "on" || (mode == "auto" && isatty(STDOUT_FILENO));
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +35,9 @@ class MetricsLog {
   std::ofstream out_;
   std::string path_;
 };
+
+// The run.progress choices: auto (a bar only on a terminal), on, off.
+const std::vector<std::string>& progress_modes();
 
 class ProgressBar {
  public:

@@ -17,7 +17,10 @@
 #include <toml++/toml.h>
 #include <variant>
 
+#include "backend/factory.h"
 #include "core/error.h"
+#include "io/hf_checkpoint.h"
+#include "train/metrics.h"
 
 namespace st {
 
@@ -34,8 +37,23 @@ struct Origin {
 
 // ---- the schema -----------------------------------------------------------------
 
-using Field = std::variant<int RunConfig::*, uint64_t RunConfig::*, double RunConfig::*,
-                           std::string RunConfig::*, std::vector<std::string> RunConfig::*, bool RunConfig::*>;
+// A key's value inside its section: `&member<&RunConfig::train, &TrainOptions::steps>`
+// reaches cfg.train.steps. The variant's index is the value type (see expected_text).
+template <class T>
+using Ref = T& (*)(RunConfig&);
+using Field = std::variant<Ref<int>, Ref<uint64_t>, Ref<double>, Ref<std::string>, Ref<std::vector<std::string>>,
+                           Ref<bool>>;
+
+template <auto Section, auto Member>
+auto& member(RunConfig& cfg) {
+  return (cfg.*Section).*Member;
+}
+
+template <auto Section, auto Member>
+Field field() {
+  using T = std::remove_reference_t<decltype(member<Section, Member>(std::declval<RunConfig&>()))>;
+  return Field{static_cast<Ref<T>>(&member<Section, Member>)};
+}
 
 // A numeric interval. contains() is written so that NaN is never inside.
 struct Range {
@@ -65,80 +83,80 @@ const std::vector<Key>& schema() {
     for (const std::string& n : model_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
     const char* keep = "; 0 keeps the preset's / config.json's value";
     return std::vector<Key>{
-        {"model.preset", &RunConfig::model_preset, "built-in model: " + presets},
-        {"model.config", &RunConfig::model_config,
+        {"model.preset", field<&RunConfig::model_options, &ModelOptions::preset>(), "built-in model: " + presets},
+        {"model.config", field<&RunConfig::model_options, &ModelOptions::config>(),
          "Hugging Face config.json (file or directory); when set it wins over model.preset"},
-        {"model.init_from", &RunConfig::init_from,
+        {"model.init_from", field<&RunConfig::model_options, &ModelOptions::init_from>(),
          "Hugging Face model directory (config.json + safetensors) whose weights start the run; its "
          "config.json gives the model unless model.config is set"},
-        {"model.layers", &RunConfig::model_layers, std::string("number of layers") + keep, at_least(0)},
-        {"model.hidden_size", &RunConfig::model_hidden_size, std::string("hidden size") + keep, at_least(0)},
-        {"model.intermediate_size", &RunConfig::model_intermediate_size,
+        {"model.layers", field<&RunConfig::model_options, &ModelOptions::layers>(), std::string("number of layers") + keep, at_least(0)},
+        {"model.hidden_size", field<&RunConfig::model_options, &ModelOptions::hidden_size>(), std::string("hidden size") + keep, at_least(0)},
+        {"model.intermediate_size", field<&RunConfig::model_options, &ModelOptions::intermediate_size>(),
          std::string("MLP intermediate size") + keep, at_least(0)},
-        {"model.heads", &RunConfig::model_heads, std::string("attention heads") + keep, at_least(0)},
-        {"model.kv_heads", &RunConfig::model_kv_heads, std::string("key/value heads") + keep, at_least(0)},
-        {"model.vocab_size", &RunConfig::model_vocab_size, std::string("vocabulary size") + keep, at_least(0)},
+        {"model.heads", field<&RunConfig::model_options, &ModelOptions::heads>(), std::string("attention heads") + keep, at_least(0)},
+        {"model.kv_heads", field<&RunConfig::model_options, &ModelOptions::kv_heads>(), std::string("key/value heads") + keep, at_least(0)},
+        {"model.vocab_size", field<&RunConfig::model_options, &ModelOptions::vocab_size>(), std::string("vocabulary size") + keep, at_least(0)},
 
-        {"train.steps", &RunConfig::steps, "optimizer steps", at_least(1)},
-        {"train.seq_len", &RunConfig::seq_len, "tokens per sequence (at most the model's max_position_embeddings)",
+        {"train.steps", field<&RunConfig::train, &TrainOptions::steps>(), "optimizer steps", at_least(1)},
+        {"train.seq_len", field<&RunConfig::train, &TrainOptions::seq_len>(), "tokens per sequence (at most the model's max_position_embeddings)",
          at_least(1)},
-        {"train.micro_batch", &RunConfig::micro_batch, "sequences per forward/backward pass", at_least(1)},
-        {"train.grad_accum", &RunConfig::grad_accum, "micro-batches accumulated per optimizer step", at_least(1)},
-        {"train.seed", &RunConfig::seed, "seed for initialisation and data order"},
-        {"train.device", &RunConfig::device, "where to train", {}, {"cpu", "cuda"}},
-        {"train.log_every", &RunConfig::log_every, "log loss and throughput every N steps", at_least(1)},
-        {"train.peak_tflops", &RunConfig::peak_tflops,
+        {"train.micro_batch", field<&RunConfig::train, &TrainOptions::micro_batch>(), "sequences per forward/backward pass", at_least(1)},
+        {"train.grad_accum", field<&RunConfig::train, &TrainOptions::grad_accum>(), "micro-batches accumulated per optimizer step", at_least(1)},
+        {"train.seed", field<&RunConfig::train, &TrainOptions::seed>(), "seed for initialisation and data order"},
+        {"train.device", field<&RunConfig::train, &TrainOptions::device>(), "where to train", {}, backend_devices()},
+        {"train.log_every", field<&RunConfig::train, &TrainOptions::log_every>(), "log loss and throughput every N steps", at_least(1)},
+        {"train.peak_tflops", field<&RunConfig::train, &TrainOptions::peak_tflops>(),
          "dense bf16 TFLOP/s that MFU is measured against; 0 = the datasheet value for the GPU "
          "(H100/H200 989, A100 312, L4 121)",
          at_least(0)},
 
-        {"optim.lr", &RunConfig::lr, "peak learning rate (AdamW)", above(0)},
-        {"optim.min_lr_ratio", &RunConfig::min_lr_ratio, "cosine decay ends at lr * min_lr_ratio", closed(0, 1)},
-        {"optim.warmup_steps", &RunConfig::warmup_steps, "linear warmup steps", at_least(0)},
-        {"optim.beta1", &RunConfig::beta1, "AdamW beta1", half_open(0, 1)},
-        {"optim.beta2", &RunConfig::beta2, "AdamW beta2", half_open(0, 1)},
-        {"optim.eps", &RunConfig::eps, "AdamW epsilon", above(0)},
-        {"optim.weight_decay", &RunConfig::weight_decay, "decoupled weight decay", at_least(0)},
-        {"optim.grad_clip", &RunConfig::grad_clip, "clip the global gradient norm to this; 0 disables",
+        {"optim.lr", field<&RunConfig::optim, &OptimOptions::lr>(), "peak learning rate (AdamW)", above(0)},
+        {"optim.min_lr_ratio", field<&RunConfig::optim, &OptimOptions::min_lr_ratio>(), "cosine decay ends at lr * min_lr_ratio", closed(0, 1)},
+        {"optim.warmup_steps", field<&RunConfig::optim, &OptimOptions::warmup_steps>(), "linear warmup steps", at_least(0)},
+        {"optim.beta1", field<&RunConfig::optim, &OptimOptions::beta1>(), "AdamW beta1", half_open(0, 1)},
+        {"optim.beta2", field<&RunConfig::optim, &OptimOptions::beta2>(), "AdamW beta2", half_open(0, 1)},
+        {"optim.eps", field<&RunConfig::optim, &OptimOptions::eps>(), "AdamW epsilon", above(0)},
+        {"optim.weight_decay", field<&RunConfig::optim, &OptimOptions::weight_decay>(), "decoupled weight decay", at_least(0)},
+        {"optim.grad_clip", field<&RunConfig::optim, &OptimOptions::grad_clip>(), "clip the global gradient norm to this; 0 disables",
          at_least(0)},
 
-        {"data.source", &RunConfig::data_source, "random tokens, or byte-level text from data.paths", {},
-         {"random", "text"}},
-        {"data.paths", &RunConfig::data_paths,
+        {"data.source", field<&RunConfig::data, &DataOptions::source>(), "random tokens, or byte-level text from data.paths", {},
+         data_sources()},
+        {"data.paths", field<&RunConfig::data, &DataOptions::paths>(),
          "text files or directories (comma-separated on the command line)"},
         // Negative so that it can never collide with a token id.
-        {"data.ignore_index", &RunConfig::ignore_index, "target id that the loss skips", below(0)},
+        {"data.ignore_index", field<&RunConfig::data, &DataOptions::ignore_index>(), "target id that the loss skips", below(0)},
 
-        {"dist.shard_group_size", &RunConfig::shard_group_size,
+        {"dist.shard_group_size", field<&RunConfig::dist, &DistOptions::shard_group_size>(),
          "ranks that shard the model together; 0 = all ranks (FSDP), G = shard within groups of G ranks and "
          "replicate across groups (HSDP; world size must be a multiple of G)",
          at_least(0)},
-        {"dist.reshard_after_forward", &RunConfig::reshard_after_forward,
+        {"dist.reshard_after_forward", field<&RunConfig::dist, &DistOptions::reshard_after_forward>(),
          "free each unit's gathered weights after its forward and all-gather them again for backward "
          "(less memory); false keeps them from forward to backward (one all-gather per unit fewer)"},
-        {"dist.timeout_s", &RunConfig::timeout_s,
+        {"dist.timeout_s", field<&RunConfig::dist, &DistOptions::timeout_s>(),
          "seconds any rendezvous or collective may wait before the run fails naming the missing ranks", above(0)},
 
-        {"fabric.transport", &RunConfig::fabric_transport,
+        {"fabric.transport", field<&RunConfig::fabric, &FabricOptions::transport>(),
          "network NCCL must use between nodes: efa (AWS OFI plugin on EFA), ib, socket, or auto (NCCL's "
          "choice); forced ones make NCCL fail instead of falling back to sockets. Variables already in the "
          "environment win",
-         {}, {"auto", "efa", "ib", "socket"}},
-        {"fabric.socket_ifname", &RunConfig::fabric_socket_ifname,
+         {}, fabric_transports()},
+        {"fabric.socket_ifname", field<&RunConfig::fabric, &FabricOptions::socket_ifname>(),
          "NCCL_SOCKET_IFNAME (interfaces for bootstrap and the socket transport); empty = NCCL's choice"},
-        {"fabric.expect_transport", &RunConfig::fabric_expect_transport,
+        {"fabric.expect_transport", field<&RunConfig::fabric, &FabricOptions::expect_transport>(),
          "refuse to train unless NCCL's log shows this transport: efa | ib | socket (inter-node paths), "
          "nvlink | shm (intra-node paths); empty = report only",
-         {}, {"", "efa", "ib", "socket", "nvlink", "shm"}},
-        {"fabric.log_dir", &RunConfig::fabric_log_dir,
+         {}, fabric_expect_transports()},
+        {"fabric.log_dir", field<&RunConfig::fabric, &FabricOptions::log_dir>(),
          "directory for NCCL's INFO logs (one per rank); empty = <run.out_dir>/nccl"},
 
-        {"run.out_dir", &RunConfig::out_dir, "directory for logs, config and checkpoints"},
-        {"run.progress", &RunConfig::progress, "progress bar (auto: only on a terminal)", {},
-         {"auto", "on", "off"}},
-        {"run.export_dir", &RunConfig::export_dir,
+        {"run.out_dir", field<&RunConfig::run, &RunOptions::out_dir>(), "directory for logs, config and checkpoints"},
+        {"run.progress", field<&RunConfig::run, &RunOptions::progress>(), "progress bar (auto: only on a terminal)", {},
+         progress_modes()},
+        {"run.export_dir", field<&RunConfig::run, &RunOptions::export_dir>(),
          "after training, write the model here in Hugging Face format (config.json + model.safetensors)"},
-        {"run.export_dtype", &RunConfig::export_dtype, "dtype of exported weights", {}, {"bf16", "f32"}},
+        {"run.export_dtype", field<&RunConfig::run, &RunOptions::export_dtype>(), "dtype of exported weights", {}, export_dtypes()},
     };
   }();
   return keys;
@@ -245,25 +263,25 @@ void set_from_toml(RunConfig& cfg, const Key& k, const toml::node& v, const std:
     fail(file, ": key '", k.name, "' must be ", expected_text(k), ", got ", got, line_text(v));
   };
   std::visit(
-      [&](auto member) {
-        using T = std::remove_reference_t<decltype(cfg.*member)>;
+      [&](auto get) {
+        using T = std::remove_reference_t<decltype(get(cfg))>;
         if constexpr (std::is_same_v<T, int> || std::is_same_v<T, uint64_t>) {
           if (!v.is_integer()) wrong_type(toml_type_name(v));
           const long long x = v.as_integer()->get();
           if (!fits_field(k.field, x))
             wrong_type(std::to_string(x) + (x < 0 ? "" : ", which does not fit in 32 bits"));
-          cfg.*member = static_cast<T>(x);
+          get(cfg) = static_cast<T>(x);
         } else if constexpr (std::is_same_v<T, double>) {
           // An integer is a fine number: `weight_decay = 0` should not need a ".0".
           if (!v.is_floating_point() && !v.is_integer()) wrong_type(toml_type_name(v));
-          cfg.*member = v.is_integer() ? static_cast<double>(v.as_integer()->get())
+          get(cfg) = v.is_integer() ? static_cast<double>(v.as_integer()->get())
                                        : v.as_floating_point()->get();
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!v.is_string()) wrong_type(toml_type_name(v));
-          cfg.*member = v.as_string()->get();
+          get(cfg) = v.as_string()->get();
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!v.is_boolean()) wrong_type(toml_type_name(v));
-          cfg.*member = v.as_boolean()->get();
+          get(cfg) = v.as_boolean()->get();
         } else {
           if (!v.is_array()) wrong_type(toml_type_name(v));
           T items;
@@ -271,7 +289,7 @@ void set_from_toml(RunConfig& cfg, const Key& k, const toml::node& v, const std:
             if (!e.is_string()) wrong_type("an array holding " + toml_type_name(e));
             items.push_back(e.as_string()->get());
           }
-          cfg.*member = std::move(items);
+          get(cfg) = std::move(items);
         }
       },
       k.field);
@@ -283,29 +301,29 @@ void set_from_text(RunConfig& cfg, const Key& k, const std::string& text) {
   const char* b = text.data();
   const char* e = b + text.size();
   std::visit(
-      [&](auto member) {
-        using T = std::remove_reference_t<decltype(cfg.*member)>;
+      [&](auto get) {
+        using T = std::remove_reference_t<decltype(get(cfg))>;
         if constexpr (std::is_same_v<T, int> || std::is_same_v<T, uint64_t>) {
           long long x = 0;  // TOML integers are signed 64-bit; so are ours, to round-trip
           auto r = std::from_chars(b, e, x);
           if (text.empty() || r.ec != std::errc() || r.ptr != e || !fits_field(k.field, x)) bad();
-          cfg.*member = static_cast<T>(x);
+          get(cfg) = static_cast<T>(x);
         } else if constexpr (std::is_same_v<T, double>) {
           double x = 0;
           auto r = std::from_chars(b, e, x);
           if (text.empty() || r.ec != std::errc() || r.ptr != e) bad();
-          cfg.*member = x;
+          get(cfg) = x;
         } else if constexpr (std::is_same_v<T, std::string>) {
-          cfg.*member = text;
+          get(cfg) = text;
         } else if constexpr (std::is_same_v<T, bool>) {
           if (text != "true" && text != "false") bad();  // as TOML spells them
-          cfg.*member = text == "true";
+          get(cfg) = text == "true";
         } else {
           T items;  // "a,b,c"; empty pieces are dropped, so "" is the empty list
           std::stringstream ss(text);
           for (std::string item; std::getline(ss, item, ',');)
             if (!item.empty()) items.push_back(item);
-          cfg.*member = std::move(items);
+          get(cfg) = std::move(items);
         }
       },
       k.field);
@@ -331,8 +349,8 @@ std::string quote(const std::string& s) {
 
 std::string value_text(const RunConfig& cfg, const Key& k, bool as_toml) {
   return std::visit(
-      [&](auto member) -> std::string {
-        const auto& v = cfg.*member;
+      [&](auto get) -> std::string {
+        const auto& v = get(const_cast<RunConfig&>(cfg));  // read only
         using T = std::remove_cvref_t<decltype(v)>;
         if constexpr (std::is_same_v<T, int> || std::is_same_v<T, uint64_t>) {
           return std::to_string(v);
@@ -436,9 +454,9 @@ void check_values(const RunConfig& cfg, const Origins& origins) {
     if (k.range) {
       double v = 0;
       std::visit(
-          [&](auto member) {
-            if constexpr (std::is_arithmetic_v<std::remove_cvref_t<decltype(cfg.*member)>>)
-              v = static_cast<double>(cfg.*member);
+          [&](auto get) {
+            const auto& x = get(const_cast<RunConfig&>(cfg));  // read only
+            if constexpr (std::is_arithmetic_v<std::remove_cvref_t<decltype(x)>>) v = static_cast<double>(x);
           },
           k.field);
       if (!k.range->contains(v))
@@ -450,9 +468,9 @@ void check_values(const RunConfig& cfg, const Origins& origins) {
         fail_key(origins, k.name, " must be ", expected_text(k), ", got '", v, "'");
     }
   }
-  if (cfg.out_dir.empty()) fail_key(origins, "run.out_dir", " must not be empty");
+  if (cfg.run.out_dir.empty()) fail_key(origins, "run.out_dir", " must not be empty");
   // Only non-empty here: whether the paths exist is the data loader's business.
-  if (cfg.data_source == "text" && cfg.data_paths.empty())
+  if (cfg.data.source == "text" && cfg.data.paths.empty())
     fail_key(origins, "data.paths", " must list at least one file or directory when data.source is 'text'");
 }
 
@@ -466,9 +484,9 @@ std::string origin_text(const Origins& origins, const std::string& name) {
 // each override and where it came from, so validate_model_config's errors say both.
 ModelConfig resolve_model(const RunConfig& cfg, const Origins& origins) {
   ModelConfig m;
-  if (!cfg.model_config.empty() || !cfg.init_from.empty()) {
-    const char* key = cfg.model_config.empty() ? "model.init_from" : "model.config";
-    const std::string& path = cfg.model_config.empty() ? cfg.init_from : cfg.model_config;
+  if (!cfg.model_options.config.empty() || !cfg.model_options.init_from.empty()) {
+    const char* key = cfg.model_options.config.empty() ? "model.init_from" : "model.config";
+    const std::string& path = cfg.model_options.config.empty() ? cfg.model_options.init_from : cfg.model_options.config;
     try {
       m = load_hf_config(path);
     } catch (const Error& e) {
@@ -476,7 +494,7 @@ ModelConfig resolve_model(const RunConfig& cfg, const Origins& origins) {
     }
   } else {
     try {
-      m = model_preset(cfg.model_preset);
+      m = model_preset(cfg.model_options.preset);
     } catch (const Error& e) {
       fail_key(origins, "model.preset", ": ", e.what());
     }
@@ -487,12 +505,12 @@ ModelConfig resolve_model(const RunConfig& cfg, const Origins& origins) {
     int value;    // 0: not overridden
     int* target;
   } overrides[] = {
-      {"model.layers", cfg.model_layers, &m.num_layers},
-      {"model.hidden_size", cfg.model_hidden_size, &m.hidden_size},
-      {"model.intermediate_size", cfg.model_intermediate_size, &m.intermediate_size},
-      {"model.heads", cfg.model_heads, &m.num_heads},
-      {"model.kv_heads", cfg.model_kv_heads, &m.num_kv_heads},
-      {"model.vocab_size", cfg.model_vocab_size, &m.vocab_size},
+      {"model.layers", cfg.model_options.layers, &m.num_layers},
+      {"model.hidden_size", cfg.model_options.hidden_size, &m.hidden_size},
+      {"model.intermediate_size", cfg.model_options.intermediate_size, &m.intermediate_size},
+      {"model.heads", cfg.model_options.heads, &m.num_heads},
+      {"model.kv_heads", cfg.model_options.kv_heads, &m.num_kv_heads},
+      {"model.vocab_size", cfg.model_options.vocab_size, &m.vocab_size},
   };
   std::vector<std::string> applied;
   for (const auto& o : overrides) {
@@ -531,8 +549,8 @@ RunConfig load_run_config(const std::string& toml_path, const ConfigOverrides& o
   apply_overrides(overrides, cfg, origins);
   check_values(cfg, origins);
   cfg.model = resolve_model(cfg, origins);
-  if (cfg.seq_len > cfg.model.max_position_embeddings)
-    fail_key(origins, "train.seq_len", " (", cfg.seq_len, ") exceeds max_position_embeddings (",
+  if (cfg.train.seq_len > cfg.model.max_position_embeddings)
+    fail_key(origins, "train.seq_len", " (", cfg.train.seq_len, ") exceeds max_position_embeddings (",
              cfg.model.max_position_embeddings, ") of model ", cfg.model.source);
   return cfg;
 }

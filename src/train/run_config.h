@@ -7,62 +7,48 @@
 #include <utility>
 #include <vector>
 
+#include "comm/process_groups.h"
+#include "data/source.h"
+#include "fabric/profile.h"
 #include "model/config.h"
+#include "train/schedule.h"
 
 namespace CLI { class App; }
 
 namespace st {
 
-struct RunConfig {
-  // [model]
-  std::string model_preset = "tiny";   // model.preset
-  std::string model_config;            // model.config: HF config.json (file or dir); wins over preset
-  std::string init_from;               // model.init_from: HF model dir whose weights start the run
-  // Experiment overrides applied on top of the preset / config.json; 0 keeps its value.
-  int model_layers = 0;                // model.layers
-  int model_hidden_size = 0;           // model.hidden_size
-  int model_intermediate_size = 0;     // model.intermediate_size
-  int model_heads = 0;                 // model.heads
-  int model_kv_heads = 0;              // model.kv_heads
-  int model_vocab_size = 0;            // model.vocab_size
-  // [train]
-  int steps = 300;                     // train.steps
-  int seq_len = 128;                   // train.seq_len
-  int micro_batch = 16;                // train.micro_batch
-  int grad_accum = 1;                  // train.grad_accum
-  uint64_t seed = 1234;                // train.seed
-  std::string device = "cpu";          // train.device: cpu | cuda
-  int log_every = 10;                  // train.log_every
-  double peak_tflops = 0;              // train.peak_tflops: MFU denominator; 0 = the device table
-  // [optim]
-  double lr = 3e-3;                    // optim.lr (peak)
-  double min_lr_ratio = 0.1;           // optim.min_lr_ratio: final lr = lr * ratio
-  int warmup_steps = 20;               // optim.warmup_steps
-  double beta1 = 0.9;                  // optim.beta1
-  double beta2 = 0.95;                 // optim.beta2
-  double eps = 1e-8;                   // optim.eps
-  double weight_decay = 0.1;           // optim.weight_decay
-  double grad_clip = 1.0;              // optim.grad_clip: global norm; 0 disables
-  // [data]
-  std::string data_source = "text";    // data.source: random | text
-  std::vector<std::string> data_paths = {"/usr/share/common-licenses"};  // data.paths: files or dirs
-  int ignore_index = -100;             // data.ignore_index
-  // [dist]
-  int shard_group_size = 0;            // dist.shard_group_size: 0 = shard over all ranks (FSDP); G = HSDP
-  bool reshard_after_forward = true;   // dist.reshard_after_forward
-  double timeout_s = 300;              // dist.timeout_s: limit on every collective and rendezvous wait
-  // [fabric] (NCCL only; see src/fabric/profile.h)
-  std::string fabric_transport = "auto";   // fabric.transport: auto | efa | ib | socket
-  std::string fabric_socket_ifname;        // fabric.socket_ifname: NCCL_SOCKET_IFNAME; "" = NCCL's choice
-  std::string fabric_expect_transport;     // fabric.expect_transport: "" | efa | ib | socket | nvlink | shm
-  std::string fabric_log_dir;              // fabric.log_dir: NCCL logs; "" = <run.out_dir>/nccl
-  // [run]
-  std::string out_dir = "runs/default";  // run.out_dir
-  std::string progress = "auto";         // run.progress: auto | on | off
-  std::string export_dir;                // run.export_dir: write the trained model here (HF format)
-  std::string export_dtype = "bf16";     // run.export_dtype: bf16 | f32
+// The trainer's own sections.
+struct TrainOptions {           // [train]
+  int steps = 300;              // optimizer steps
+  int seq_len = 128;            // tokens per sequence
+  int micro_batch = 16;         // sequences per forward/backward
+  int grad_accum = 1;           // micro-batches per optimizer step
+  uint64_t seed = 1234;         // initialisation and data order
+  std::string device = "cpu";   // one of backend_devices()
+  int log_every = 10;           // step line every N steps
+  double peak_tflops = 0;       // MFU denominator; 0 = the device table
+};
 
-  ModelConfig model;                   // resolved from model.preset / model.config
+struct RunOptions {                // [run]
+  std::string out_dir = "runs/default";  // logs, config, checkpoints
+  std::string progress = "auto";   // one of progress_modes()
+  std::string export_dir;          // write the trained model here (HF format); "" = no export
+  std::string export_dtype = "bf16";  // one of export_dtypes()
+};
+
+// Every section, each a struct owned by the component that reads it; the trainer
+// hands each component its own. Key names are "<section>.<field>" in TOML and on the
+// command line (--train.steps=20).
+struct RunConfig {
+  ModelOptions model_options;   // [model]: where the model comes from (src/model/config.h)
+  TrainOptions train;           // [train]
+  OptimOptions optim;           // [optim] (src/train/schedule.h)
+  DataOptions data;             // [data] (src/data/source.h)
+  DistOptions dist;             // [dist] (src/comm/process_groups.h)
+  FabricOptions fabric;         // [fabric] (src/fabric/profile.h)
+  RunOptions run;               // [run]
+
+  ModelConfig model;            // resolved from [model]
 };
 
 // Parsed "--section.key=value" overrides, in command-line order, as {"train.steps", "20"}

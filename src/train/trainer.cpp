@@ -21,34 +21,33 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
   plan_ = std::make_unique<ShardPlan>(*layout_, shard_.world());
   FsdpOptions fo;
   fo.compute_dtype = backend.device() == Device::CPU ? DType::F32 : DType::BF16;
-  fo.reshard_after_forward = cfg.reshard_after_forward;
+  fo.reshard_after_forward = cfg.dist.reshard_after_forward;
   fsdp_ = std::make_unique<Fsdp>(*plan_, be_, shard_, replicate_, fo);
-  fsdp_->init_weights(cfg.seed);
-  if (!cfg.init_from.empty()) {
-    const auto units = load_hf_weights(cfg.init_from, *layout_);
+  fsdp_->init_weights(cfg.train.seed);
+  if (!cfg.model_options.init_from.empty()) {
+    const auto units = load_hf_weights(cfg.model_options.init_from, *layout_);
     for (int u = 0; u < layout_->num_units(); ++u) fsdp_->load_unit(u, units[u]);
   }
   // On a GPU the lm_head + loss run over chunks of rows, so the (rows, vocab) logits
   // never exist for the whole micro-batch at once.
   const int head_chunk = backend.device() == Device::CPU ? 0 : 4096;
-  model_ = std::make_unique<Qwen2Model>(*layout_, be_, fo.compute_dtype, cfg.micro_batch, cfg.seq_len, head_chunk);
-  if (cfg.data_source == "random")
-    data_ = make_random_source(cfg.model.vocab_size, cfg.seed);
-  else
-    data_ = make_text_source(cfg.data_paths, cfg.model.vocab_size, cfg.seed, cfg.seq_len);
-  schedule_ = LrSchedule{cfg.lr, cfg.min_lr_ratio, cfg.warmup_steps, cfg.steps};
-  flops_per_token_ = flops_per_token(cfg.model, cfg.seq_len);
-  peak_tflops_ = cfg.peak_tflops > 0 ? cfg.peak_tflops
-                                     : (backend.device() == Device::CPU ? 0 : peak_bf16_tflops(backend.name()));
-  batches_.resize(cfg.grad_accum);
-  for (auto& b : batches_) b.B = cfg.micro_batch, b.T = cfg.seq_len;
+  model_ = std::make_unique<Qwen2Model>(*layout_, be_, fo.compute_dtype, cfg.train.micro_batch, cfg.train.seq_len,
+                                        head_chunk);
+  data_ = make_token_source(cfg.data, cfg.model.vocab_size, cfg.train.seed, cfg.train.seq_len);
+  schedule_ = LrSchedule::from(cfg.optim, cfg.train.steps);
+  flops_per_token_ = flops_per_token(cfg.model, cfg.train.seq_len);
+  peak_tflops_ = cfg.train.peak_tflops > 0
+                     ? cfg.train.peak_tflops
+                     : (backend.device() == Device::CPU ? 0 : peak_bf16_tflops(backend.name()));
+  batches_.resize(cfg.train.grad_accum);
+  for (auto& b : batches_) b.B = cfg.train.micro_batch, b.T = cfg.train.seq_len;
 }
 
 Trainer::~Trainer() = default;
 
 std::string Trainer::memory_check_line(size_t measured_peak) const {
   const size_t cdt = dtype_size(be_.device() == Device::CPU ? DType::F32 : DType::BF16);
-  const GatheredMemory g = plan_->gathered_peak(cdt, cfg_.reshard_after_forward);
+  const GatheredMemory g = plan_->gathered_peak(cdt, cfg_.dist.reshard_after_forward);
   std::string line = "memory in step 1: ";
   if (measured_peak > 0)
     line += "peak " + human_bytes(static_cast<double>(measured_peak)) + " measured, " +
@@ -62,13 +61,13 @@ size_t Trainer::estimated_peak_bytes() const {
   const FsdpMemory mem = fsdp_->memory();
   const size_t cdt = dtype_size(be_.device() == Device::CPU ? DType::F32 : DType::BF16);
   return mem.master_bytes + mem.grad_bytes + mem.optimizer_bytes +
-         plan_->gathered_peak(cdt, cfg_.reshard_after_forward).total() + model_->activation_bytes() +
+         plan_->gathered_peak(cdt, cfg_.dist.reshard_after_forward).total() + model_->activation_bytes() +
          be_.workspace_bytes();
 }
 
 void Trainer::print_header() const {
   const ModelConfig& m = cfg_.model;
-  const long long global_seqs = 1LL * cfg_.micro_batch * cfg_.grad_accum * comm_.world();
+  const long long global_seqs = 1LL * cfg_.train.micro_batch * cfg_.train.grad_accum * comm_.world();
   char buf[512];
   std::string sharding = "world " + std::to_string(comm_.world());
   if (replicate_)
@@ -85,29 +84,30 @@ void Trainer::print_header() const {
   log_info("data: " + data_->describe());
   std::snprintf(buf, sizeof buf,
                 "batch: micro %d x seq %d x accum %d x data-parallel %d = %lld sequences, %lld tokens per step",
-                cfg_.micro_batch, cfg_.seq_len, cfg_.grad_accum, comm_.world(), global_seqs,
-                global_seqs * cfg_.seq_len);
+                cfg_.train.micro_batch, cfg_.train.seq_len, cfg_.train.grad_accum, comm_.world(), global_seqs,
+                global_seqs * cfg_.train.seq_len);
   log_info(buf);
+  const OptimOptions& o = cfg_.optim;
   std::snprintf(buf, sizeof buf,
                 "optim: AdamW lr %.3g (warmup %d, cosine to %.3g at step %d), betas (%.3g, %.3g), wd %.3g, clip %.3g",
-                cfg_.lr, cfg_.warmup_steps, cfg_.lr * cfg_.min_lr_ratio, cfg_.steps, cfg_.beta1, cfg_.beta2,
-                cfg_.weight_decay, cfg_.grad_clip);
+                o.lr, o.warmup_steps, o.lr * o.min_lr_ratio, cfg_.train.steps, o.beta1, o.beta2, o.weight_decay,
+                o.grad_clip);
   log_info(buf);
   std::snprintf(buf, sizeof buf,
                 "flops: 6 x %s matmul params (lm_head included) + 6 x %d layers x %d hidden x %d seq (causal "
                 "attention) = %.3g GFLOP per token",
-                human_count(matmul_params(m)).c_str(), m.num_layers, m.hidden_size, cfg_.seq_len, flops_per_token_ / 1e9);
+                human_count(matmul_params(m)).c_str(), m.num_layers, m.hidden_size, cfg_.train.seq_len, flops_per_token_ / 1e9);
   log_info(buf);
   if (peak_tflops_ > 0) {
     std::snprintf(buf, sizeof buf, "mfu: model TFLOP/s per rank / %.0f TFLOP/s (%s, dense bf16)", peak_tflops_,
-                  cfg_.peak_tflops > 0 ? "train.peak_tflops" : be_.name().c_str());
+                  cfg_.train.peak_tflops > 0 ? "train.peak_tflops" : be_.name().c_str());
     log_info(buf);
   }
   // What this rank holds: its shards for the whole run, and at the worst point of a
   // step the gathered units, the reductions in flight and the activations.
   const FsdpMemory mem = fsdp_->memory();
   const size_t cdt = dtype_size(be_.device() == Device::CPU ? DType::F32 : DType::BF16);
-  const GatheredMemory gathered = plan_->gathered_peak(cdt, cfg_.reshard_after_forward);
+  const GatheredMemory gathered = plan_->gathered_peak(cdt, cfg_.dist.reshard_after_forward);
   log_info("memory per rank (sharded over " + std::to_string(shard_.world()) + "):");
   auto row = [&](const std::string& what, size_t bytes) {
     std::snprintf(buf, sizeof buf, "  %-58s %12s", what.c_str(), human_bytes(static_cast<double>(bytes)).c_str());
@@ -126,14 +126,14 @@ void Trainer::print_header() const {
   row("total (estimate)", estimated_peak_bytes());
   if (fabric_) {
     for (const std::string& line : format_transport_report(*fabric_)) log_info(line);
-    if (!cfg_.fabric_expect_transport.empty()) {
-      const ExpectCheck c = check_expected_transport(*fabric_, cfg_.fabric_expect_transport);
+    if (!cfg_.fabric.expect_transport.empty()) {
+      const ExpectCheck c = check_expected_transport(*fabric_, cfg_.fabric.expect_transport);
       std::string notes;
       for (const std::string& n : c.notes) notes += "; " + n;
-      log_info("fabric: expect_transport " + cfg_.fabric_expect_transport + ": " + (c.ok ? "ok" : "MISMATCH") + notes);
+      log_info("fabric: expect_transport " + cfg_.fabric.expect_transport + ": " + (c.ok ? "ok" : "MISMATCH") + notes);
     }
   }
-  if (!cfg_.out_dir.empty()) log_info("output: " + cfg_.out_dir + "/metrics.jsonl");
+  if (!cfg_.run.out_dir.empty()) log_info("output: " + cfg_.run.out_dir + "/metrics.jsonl");
 }
 
 StepMetrics Trainer::step(int s) {
@@ -142,9 +142,9 @@ StepMetrics Trainer::step(int s) {
   // target of the global batch, so each micro-batch's gradient is scaled by one
   // global count and accumulation equals one big batch.
   int64_t valid = 0;
-  for (int micro = 0; micro < cfg_.grad_accum; ++micro) {
-    data_->fill(batches_[micro], BatchPosition{s, micro, cfg_.grad_accum, comm_.rank(), comm_.world()});
-    for (int32_t t : batches_[micro].targets) valid += t != cfg_.ignore_index;
+  for (int micro = 0; micro < cfg_.train.grad_accum; ++micro) {
+    data_->fill(batches_[micro], BatchPosition{s, micro, cfg_.train.grad_accum, comm_.rank(), comm_.world()});
+    for (int32_t t : batches_[micro].targets) valid += t != cfg_.data.ignore_index;
   }
   const double total_valid = comm_.all_reduce_sum(static_cast<double>(valid));
   ST_CHECK(total_valid > 0, "step ", s + 1, ": every target of the global batch is ignored");
@@ -156,7 +156,7 @@ StepMetrics Trainer::step(int s) {
     // HSDP: gradients are summed across replicas once per step, in the last backward.
     fsdp_->set_replica_sync(micro + 1 == batches_.size());
     const Batch& b = batches_[micro];
-    loss_sum += model_->forward_backward(*fsdp_, b.inputs.data(), b.targets.data(), scale, cfg_.ignore_index).sum;
+    loss_sum += model_->forward_backward(*fsdp_, b.inputs.data(), b.targets.data(), scale, cfg_.data.ignore_index).sum;
   }
   const double loss = comm_.all_reduce_sum(loss_sum) / total_valid;
   ST_CHECK(std::isfinite(loss), "step ", s + 1, ": the loss is not finite (", loss,
@@ -165,21 +165,22 @@ StepMetrics Trainer::step(int s) {
   const double norm = fsdp_->grad_norm();
   AdamWParams p;
   p.lr = static_cast<float>(schedule_.at(s));
-  p.beta1 = static_cast<float>(cfg_.beta1);
-  p.beta2 = static_cast<float>(cfg_.beta2);
-  p.eps = static_cast<float>(cfg_.eps);
-  p.weight_decay = static_cast<float>(cfg_.weight_decay);
+  p.beta1 = static_cast<float>(cfg_.optim.beta1);
+  p.beta2 = static_cast<float>(cfg_.optim.beta2);
+  p.eps = static_cast<float>(cfg_.optim.eps);
+  p.weight_decay = static_cast<float>(cfg_.optim.weight_decay);
   p.step = s + 1;
-  p.grad_scale = cfg_.grad_clip > 0 && norm > cfg_.grad_clip ? static_cast<float>(cfg_.grad_clip / norm) : 1.0f;
+  const double clip = cfg_.optim.grad_clip;
+  p.grad_scale = clip > 0 && norm > clip ? static_cast<float>(clip / norm) : 1.0f;
   fsdp_->step(p);
   be_.synchronize();
 
   const double t1 = now_seconds();
-  const int64_t step_tokens = static_cast<int64_t>(cfg_.micro_batch) * cfg_.seq_len * cfg_.grad_accum * comm_.world();
+  const int64_t step_tokens = static_cast<int64_t>(cfg_.train.micro_batch) * cfg_.train.seq_len * cfg_.train.grad_accum * comm_.world();
   tokens_seen_ += step_tokens;
   StepMetrics m;
   m.step = s + 1;
-  m.total_steps = cfg_.steps;
+  m.total_steps = cfg_.train.steps;
   m.loss = loss;
   m.lr = p.lr;
   m.grad_norm = norm;
@@ -196,31 +197,31 @@ TrainResult Trainer::run(bool verbose) {
   const bool rank0 = comm_.rank() == 0;
   const bool out = verbose && rank0;
   // Before anything is written: an expectation nothing can check is an error.
-  ST_CHECK(cfg_.fabric_expect_transport.empty() || fabric_, "fabric.expect_transport=", cfg_.fabric_expect_transport,
+  ST_CHECK(cfg_.fabric.expect_transport.empty() || fabric_, "fabric.expect_transport=", cfg_.fabric.expect_transport,
            " checks NCCL's transport, but this run has no NCCL communicator (",
            be_.device() == Device::CPU ? "the CPU backend uses Gloo" : "a world of 1 not started by a launcher",
            "); drop it, or run on GPUs under `shardtrain launch`");
   std::unique_ptr<MetricsLog> metrics;
-  if (rank0 && !cfg_.out_dir.empty()) {
+  if (rank0 && !cfg_.run.out_dir.empty()) {
     std::error_code ec;
-    std::filesystem::create_directories(cfg_.out_dir, ec);
-    ST_CHECK(!ec, "run.out_dir: cannot create '", cfg_.out_dir, "': ", ec.message());
-    std::ofstream(cfg_.out_dir + "/config.toml") << run_config_toml(cfg_);
-    metrics = std::make_unique<MetricsLog>(cfg_.out_dir + "/metrics.jsonl");
+    std::filesystem::create_directories(cfg_.run.out_dir, ec);
+    ST_CHECK(!ec, "run.out_dir: cannot create '", cfg_.run.out_dir, "': ", ec.message());
+    std::ofstream(cfg_.run.out_dir + "/config.toml") << run_config_toml(cfg_);
+    metrics = std::make_unique<MetricsLog>(cfg_.run.out_dir + "/metrics.jsonl");
   }
   // Refuse an export target that would fail only after the whole run.
-  if (rank0 && !cfg_.export_dir.empty()) check_export_dir(cfg_.export_dir, false);
+  if (rank0 && !cfg_.run.export_dir.empty()) check_export_dir(cfg_.run.export_dir, false);
   if (out) print_header();
   // The transport report goes in before the first step, and a run on the wrong
   // fabric stops here, on every rank, before any step has run.
   if (metrics && fabric_) metrics->write(nlohmann::json{{"transport_report", to_json(*fabric_)}});
-  if (!cfg_.fabric_expect_transport.empty()) require_expected_transport(*fabric_, cfg_.fabric_expect_transport);
-  ProgressBar bar(out ? cfg_.progress : "off");
+  if (!cfg_.fabric.expect_transport.empty()) require_expected_transport(*fabric_, cfg_.fabric.expect_transport);
+  ProgressBar bar(out ? cfg_.run.progress : "off");
 
   TrainResult r;
   t_start_ = now_seconds();
   double timed_tokens = 0, timed_s = 0;
-  for (int s = 0; s < cfg_.steps; ++s) {
+  for (int s = 0; s < cfg_.train.steps; ++s) {
     const StepMetrics m = step(s);
     r.losses.push_back(m.loss);
     r.grad_norms.push_back(m.grad_norm);
@@ -229,7 +230,7 @@ TrainResult Trainer::run(bool verbose) {
     const size_t step1_peak = s == 0 ? be_.peak_allocated_bytes() : 0;
     if (s == 0) be_.reset_peak_allocated();  // the first step's transient set-up is not the steady state
     if (!out) continue;
-    if (s == 0 || m.step % cfg_.log_every == 0 || m.step == cfg_.steps) {
+    if (s == 0 || m.step % cfg_.train.log_every == 0 || m.step == cfg_.train.steps) {
       bar.clear();
       log_info(format_step_line(m));
     }
@@ -244,7 +245,7 @@ TrainResult Trainer::run(bool verbose) {
   if (out) {
     char buf[320];
     std::snprintf(buf, sizeof buf, "done: %d steps, loss %.4f -> %.4f, %s tok/s (mean after step 1), %.1fs",
-                  cfg_.steps, r.losses.front(), r.losses.back(), human_count(r.tokens_per_s).c_str(),
+                  cfg_.train.steps, r.losses.front(), r.losses.back(), human_count(r.tokens_per_s).c_str(),
                   now_seconds() - t_start_);
     std::string line = buf;
     if (r.mfu > 0) {
@@ -255,14 +256,14 @@ TrainResult Trainer::run(bool verbose) {
     log_info(line);
   }
   if (metrics) {
-    std::ofstream(cfg_.out_dir + "/summary.json")
-        << nlohmann::json{{"steps", cfg_.steps},
+    std::ofstream(cfg_.run.out_dir + "/summary.json")
+        << nlohmann::json{{"steps", cfg_.train.steps},
                           {"world", comm_.world()},
                           {"backend", be_.name()},
                           {"model", cfg_.model.source},
-                          {"seq_len", cfg_.seq_len},
-                          {"micro_batch", cfg_.micro_batch},
-                          {"grad_accum", cfg_.grad_accum},
+                          {"seq_len", cfg_.train.seq_len},
+                          {"micro_batch", cfg_.train.micro_batch},
+                          {"grad_accum", cfg_.train.grad_accum},
                           {"first_loss", r.losses.front()},
                           {"final_loss", r.losses.back()},
                           {"tokens_per_s", r.tokens_per_s},
@@ -275,9 +276,9 @@ TrainResult Trainer::run(bool verbose) {
                .dump(1)
         << "\n";
   }
-  if (!cfg_.export_dir.empty()) {
-    export_model(cfg_.export_dir, cfg_.export_dtype == "f32" ? DType::F32 : DType::BF16);
-    if (out) log_info("exported: " + cfg_.export_dir + " (config.json + safetensors, " + cfg_.export_dtype + ")");
+  if (!cfg_.run.export_dir.empty()) {
+    export_model(cfg_.run.export_dir, parse_export_dtype(cfg_.run.export_dtype));
+    if (out) log_info("exported: " + cfg_.run.export_dir + " (config.json + safetensors, " + cfg_.run.export_dtype + ")");
   }
   return r;
 }

@@ -55,46 +55,46 @@ std::string repo_config(const char* name) { return std::string(SHARDTRAIN_SOURCE
 
 TEST(RunConfig, DefaultsAreTheTinyCpuRun) {
   const RunConfig c = load_run_config("", {});
-  EXPECT_EQ(c.model_preset, "tiny");
+  EXPECT_EQ(c.model_options.preset, "tiny");
   EXPECT_EQ(c.model.source, "tiny");
   EXPECT_EQ(c.model.hidden_size, 128);
-  EXPECT_EQ(c.steps, 300);
-  EXPECT_EQ(c.device, "cpu");
-  EXPECT_EQ(c.data_source, "text");
+  EXPECT_EQ(c.train.steps, 300);
+  EXPECT_EQ(c.train.device, "cpu");
+  EXPECT_EQ(c.data.source, "text");
 }
 
 TEST(RunConfig, RepoTinyConfigMatchesTheDefaults) {
   const RunConfig c = load_run_config(repo_config("tiny.toml"), {});
   const RunConfig d = load_run_config("", {});
-  EXPECT_EQ(c.model_preset, "tiny");
+  EXPECT_EQ(c.model_options.preset, "tiny");
   EXPECT_EQ(c.model.num_params(), d.model.num_params());
-  EXPECT_EQ(c.data_source, "text");
-  EXPECT_EQ(c.data_paths, std::vector<std::string>{"/usr/share/common-licenses"});
-  EXPECT_EQ(c.steps, 300);
-  EXPECT_EQ(c.seq_len, 128);
-  EXPECT_EQ(c.micro_batch, 16);
-  EXPECT_DOUBLE_EQ(c.lr, 3e-3);
-  EXPECT_EQ(c.warmup_steps, 20);
-  EXPECT_EQ(c.out_dir, "runs/tiny");
+  EXPECT_EQ(c.data.source, "text");
+  EXPECT_EQ(c.data.paths, std::vector<std::string>{"/usr/share/common-licenses"});
+  EXPECT_EQ(c.train.steps, 300);
+  EXPECT_EQ(c.train.seq_len, 128);
+  EXPECT_EQ(c.train.micro_batch, 16);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 3e-3);
+  EXPECT_EQ(c.optim.warmup_steps, 20);
+  EXPECT_EQ(c.run.out_dir, "runs/tiny");
   // Everything but out_dir is the built-in default.
   RunConfig same = c;
-  same.out_dir = d.out_dir;
+  same.run.out_dir = d.run.out_dir;
   EXPECT_EQ(run_config_toml(same), run_config_toml(d));
 }
 
 TEST(RunConfig, RepoQwen15bConfig) {
   const RunConfig c = load_run_config(repo_config("qwen2.5-1.5b.toml"), {});
-  EXPECT_EQ(c.model_preset, "qwen2.5-1.5b");
+  EXPECT_EQ(c.model_options.preset, "qwen2.5-1.5b");
   EXPECT_EQ(c.model.num_params(), 1'543'714'304LL);
-  EXPECT_EQ(c.data_source, "random");
-  EXPECT_TRUE(c.data_paths.empty());
-  EXPECT_EQ(c.seq_len, 2048);
-  EXPECT_EQ(c.micro_batch, 4);
-  EXPECT_EQ(c.device, "cuda");
-  EXPECT_EQ(c.steps, 20);
-  EXPECT_DOUBLE_EQ(c.lr, 3e-4);
-  EXPECT_EQ(c.warmup_steps, 5);
-  EXPECT_EQ(c.out_dir, "runs/qwen2.5-1.5b");
+  EXPECT_EQ(c.data.source, "random");
+  EXPECT_TRUE(c.data.paths.empty());
+  EXPECT_EQ(c.train.seq_len, 2048);
+  EXPECT_EQ(c.train.micro_batch, 4);
+  EXPECT_EQ(c.train.device, "cuda");
+  EXPECT_EQ(c.train.steps, 20);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 3e-4);
+  EXPECT_EQ(c.optim.warmup_steps, 5);
+  EXPECT_EQ(c.run.out_dir, "runs/qwen2.5-1.5b");
 }
 
 TEST(RunConfig, TomlValuesAndIntegerForFloat) {
@@ -112,13 +112,13 @@ paths = []
 reshard_after_forward = false
 )");
   const RunConfig c = load_run_config(path, {});
-  EXPECT_FALSE(c.reshard_after_forward);
-  EXPECT_TRUE(load_run_config(path, {{"dist.reshard_after_forward", "true"}}).reshard_after_forward);
-  EXPECT_EQ(c.steps, 7);
-  EXPECT_EQ(c.seed, 42u);
-  EXPECT_DOUBLE_EQ(c.lr, 1e-4);
-  EXPECT_DOUBLE_EQ(c.weight_decay, 0.0);
-  EXPECT_TRUE(c.data_paths.empty());
+  EXPECT_FALSE(c.dist.reshard_after_forward);
+  EXPECT_TRUE(load_run_config(path, {{"dist.reshard_after_forward", "true"}}).dist.reshard_after_forward);
+  EXPECT_EQ(c.train.steps, 7);
+  EXPECT_EQ(c.train.seed, 42u);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 1e-4);
+  EXPECT_DOUBLE_EQ(c.optim.weight_decay, 0.0);
+  EXPECT_TRUE(c.data.paths.empty());
 }
 
 TEST(RunConfig, UnknownKeyListsTheSectionsKeys) {
@@ -187,10 +187,10 @@ TEST(RunConfig, CommandLineWinsOverFileInOrder) {
   const std::string path = write_toml("precedence", "[train]\nsteps = 50\nseq_len = 64\n[optim]\nlr = 1e-3\n");
   const RunConfig c = load_run_config(
       path, {{"train.steps", "9"}, {"optim.lr", "2e-4"}, {"train.steps", "11"}, {"data.paths", "a.txt,b"}});
-  EXPECT_EQ(c.steps, 11);  // the last of two wins
-  EXPECT_EQ(c.seq_len, 64);
-  EXPECT_DOUBLE_EQ(c.lr, 2e-4);
-  EXPECT_EQ(c.data_paths, (std::vector<std::string>{"a.txt", "b"}));
+  EXPECT_EQ(c.train.steps, 11);  // the last of two wins
+  EXPECT_EQ(c.train.seq_len, 64);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 2e-4);
+  EXPECT_EQ(c.data.paths, (std::vector<std::string>{"a.txt", "b"}));
 }
 
 TEST(RunConfig, BadCommandLineValues) {
@@ -308,13 +308,13 @@ TEST(RunConfig, TomlRoundTrip) {
   const std::string path = write_toml("rt", text);
   const RunConfig b = load_run_config(path, {});
   EXPECT_EQ(without_comments(run_config_toml(b)), without_comments(text));
-  EXPECT_EQ(b.model_config, dir.string());
+  EXPECT_EQ(b.model_options.config, dir.string());
   EXPECT_EQ(b.model.num_layers, 3);
-  EXPECT_EQ(b.seed, 9223372036854775807ull);
-  EXPECT_EQ(b.lr, 0.000123456789);  // exact: shortest round-trip formatting
-  EXPECT_EQ(b.grad_clip, 0.0);
-  EXPECT_EQ(b.data_paths, (std::vector<std::string>{"a \"quoted\" path", "b\\c"}));
-  EXPECT_EQ(b.out_dir, "runs/x y");
+  EXPECT_EQ(b.train.seed, 9223372036854775807ull);
+  EXPECT_EQ(b.optim.lr, 0.000123456789);  // exact: shortest round-trip formatting
+  EXPECT_EQ(b.optim.grad_clip, 0.0);
+  EXPECT_EQ(b.data.paths, (std::vector<std::string>{"a \"quoted\" path", "b\\c"}));
+  EXPECT_EQ(b.run.out_dir, "runs/x y");
   EXPECT_EQ(b.model.num_params(), a.model.num_params());
   // The defaults round-trip too.
   const RunConfig d = load_run_config("", {});
@@ -330,8 +330,8 @@ TEST(ConfigOptions, CliRegistersDottedOptionsAndKeepsOrder) {
   const ConfigOverrides want = {{"train.steps", "5"}, {"optim.lr", "1e-4"}, {"train.steps", "7"}, {"data.paths", "a,b"}};
   EXPECT_EQ(out, want);
   const RunConfig c = load_run_config("", out);
-  EXPECT_EQ(c.steps, 7);
-  EXPECT_DOUBLE_EQ(c.lr, 1e-4);
+  EXPECT_EQ(c.train.steps, 7);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 1e-4);
 }
 
 TEST(ConfigOptions, HelpShowsEveryKeyWithHelpAndDefault) {

@@ -30,15 +30,15 @@ RunConfig tiny_run(int steps) {
   cfg.model.num_layers = 2;
   cfg.model.hidden_size = 64;  // 4 heads (2 kv heads) of head_dim 16
   cfg.model.intermediate_size = 128;
-  cfg.steps = steps;
-  cfg.seq_len = 32;
-  cfg.micro_batch = 8;
-  cfg.warmup_steps = 5;
-  cfg.data_source = "text";
+  cfg.train.steps = steps;
+  cfg.train.seq_len = 32;
+  cfg.train.micro_batch = 8;
+  cfg.optim.warmup_steps = 5;
+  cfg.data.source = "text";
   // The project's own sources: a byte corpus present wherever the tests are built.
-  cfg.data_paths = {std::string(SHARDTRAIN_SOURCE_DIR) + "/src"};
-  cfg.out_dir = "";
-  cfg.progress = "off";
+  cfg.data.paths = {std::string(SHARDTRAIN_SOURCE_DIR) + "/src"};
+  cfg.run.out_dir = "";
+  cfg.run.progress = "off";
   return cfg;
 }
 

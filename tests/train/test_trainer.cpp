@@ -16,12 +16,12 @@ RunConfig small_run(int steps) {
   cfg.model.num_layers = 2;
   cfg.model.hidden_size = 64;
   cfg.model.intermediate_size = 128;
-  cfg.steps = steps;
-  cfg.seq_len = 32;
-  cfg.micro_batch = 8;
-  cfg.warmup_steps = 5;
-  cfg.out_dir = "";
-  cfg.progress = "off";
+  cfg.train.steps = steps;
+  cfg.train.seq_len = 32;
+  cfg.train.micro_batch = 8;
+  cfg.optim.warmup_steps = 5;
+  cfg.run.out_dir = "";
+  cfg.run.progress = "off";
   return cfg;
 }
 
@@ -41,15 +41,15 @@ TEST(Trainer, SameSeedGivesBitwiseEqualLosses) {
     EXPECT_EQ(a.grad_norms[i], b.grad_norms[i]) << "step " << i + 1;
   }
   RunConfig other = cfg;
-  other.seed = cfg.seed + 1;
+  other.train.seed = cfg.train.seed + 1;
   EXPECT_NE(run(other).losses[0], a.losses[0]);
 }
 
 TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {
   RunConfig big = small_run(5);
   RunConfig accum = big;
-  accum.micro_batch = 2;
-  accum.grad_accum = 4;
+  accum.train.micro_batch = 2;
+  accum.train.grad_accum = 4;
   const TrainResult a = run(big), b = run(accum);
   for (size_t i = 0; i < a.losses.size(); ++i)
     EXPECT_NEAR(a.losses[i], b.losses[i], 1e-5 * a.losses[i]) << "step " << i + 1;
@@ -57,7 +57,7 @@ TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {
 
 TEST(Trainer, TrainingOnTheBuiltInCorpusLowersTheLoss) {
   RunConfig cfg = small_run(60);
-  cfg.lr = 3e-3;
+  cfg.optim.lr = 3e-3;
   const TrainResult r = run(cfg);
   EXPECT_NEAR(r.losses.front(), std::log(256.0), 0.3);  // uniform over bytes at init
   EXPECT_LT(r.losses.back(), r.losses.front() - 1.5) << "first " << r.losses.front() << " last " << r.losses.back();
@@ -77,14 +77,14 @@ double first_moment_norm(Fsdp& f) {
 TEST(Trainer, RandomDataTrainsAndClipsTheGradient) {
   for (double clip : {1e-3, 0.0, 1e6}) {
     RunConfig cfg = small_run(1);
-    cfg.data_source = "random";
-    cfg.grad_clip = clip;
+    cfg.data.source = "random";
+    cfg.optim.grad_clip = clip;
     auto be = make_cpu_backend();
     ProcessGroups groups = make_single_process_groups(*be);
     Trainer t(cfg, *be, groups);
     const TrainResult r = t.run(false);
     EXPECT_NEAR(r.losses.front(), std::log(256.0), 0.3);
-    const double norm = r.grad_norms.front(), used = first_moment_norm(t.params()) / (1 - cfg.beta1);
+    const double norm = r.grad_norms.front(), used = first_moment_norm(t.params()) / (1 - cfg.optim.beta1);
     ASSERT_GT(norm, 1e-3);
     const double want = clip > 0 && norm > clip ? clip : norm;
     EXPECT_NEAR(used, want, 1e-5 * want) << "grad_clip " << clip << ", gradient norm " << norm;
