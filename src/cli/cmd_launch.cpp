@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "launch/env.h"
 #include "launch/launcher.h"
 
 namespace st {
@@ -19,7 +20,10 @@ Command add_launch_command(CLI::App& root) {
       "fails, the others get SIGTERM, then SIGKILL after --grace-period; Ctrl-C (SIGINT/SIGTERM)\n"
       "is forwarded to every rank, a second one kills them. Exits 0 only if every rank did.\n"
       "Rank variables of Slurm, Open MPI, PMI and PyTorchJob (PET_*) are removed from the ranks'\n"
-      "environment, so running `launch` inside an srun step is unambiguous.");
+      "environment, so running `launch` inside an srun step is unambiguous.\n"
+      "In a Kubernetes Indexed Job pod (JOB_COMPLETION_INDEX set) --nnodes, --node-rank, --master-addr\n"
+      "and --master-port default to the pod's place: SHARDTRAIN_NNODES, the completion index, and pod 0\n"
+      "behind the headless Service SHARDTRAIN_SERVICE (docs/operations.md).");
   app->footer(
       "Examples:\n"
       "  shardtrain launch --nproc-per-node 4 -- train --config configs/tiny.toml\n"
@@ -28,11 +32,14 @@ Command add_launch_command(CLI::App& root) {
       "  # any program, e.g. to look at the contract:\n"
       "  shardtrain launch --nproc-per-node 2 --program /bin/sh -- -c 'echo $RANK/$WORLD_SIZE'");
   app->add_option("--nproc-per-node", opt->nproc_per_node, "Ranks to start on this node")->required();
-  app->add_option("--nnodes", opt->nnodes, "Nodes in the job")->capture_default_str();
-  app->add_option("--node-rank", opt->node_rank, "This node's index, 0..nnodes-1")->capture_default_str();
-  app->add_option("--master-addr", opt->master_addr, "Address of rank 0's node, reachable from every node")
-      ->capture_default_str();
-  app->add_option("--master-port", opt->master_port, "Rendezvous port on the master")->capture_default_str();
+  CLI::Option* nnodes = app->add_option("--nnodes", opt->nnodes, "Nodes in the job")->capture_default_str();
+  CLI::Option* node_rank =
+      app->add_option("--node-rank", opt->node_rank, "This node's index, 0..nnodes-1")->capture_default_str();
+  CLI::Option* master_addr =
+      app->add_option("--master-addr", opt->master_addr, "Address of rank 0's node, reachable from every node")
+          ->capture_default_str();
+  CLI::Option* master_port =
+      app->add_option("--master-port", opt->master_port, "Rendezvous port on the master")->capture_default_str();
   app->add_option("--program", opt->program,
                   "Run this executable (a path, or a name looked up on PATH) instead of shardtrain itself");
   app->add_option("--grace-period", opt->grace_s, "Seconds between SIGTERM and SIGKILL when stopping ranks")
@@ -42,7 +49,7 @@ Command add_launch_command(CLI::App& root) {
   // Without `--`, a rank's options (`train --config x`) would be taken as launch's own
   // and rejected with a bare "not expected"; keep them instead, to say where they go.
   app->allow_extras();
-  return {app, [app, opt] {
+  return {app, [=] {
             std::string extras;
             for (const std::string& a : app->remaining())
               if (a != "--") extras += " " + a;  // CLI11 keeps the separator itself in remaining()
@@ -50,6 +57,15 @@ Command add_launch_command(CLI::App& root) {
               fail("launch: unknown option(s)", extras,
                    "; a rank's own arguments go after `--`, e.g.\n"
                    "  shardtrain launch --nproc-per-node 4 -- train --config configs/tiny.toml");
+            // A Kubernetes Indexed Job pod: its place, where the options do not say.
+            const auto env = environ_map();
+            if (env.count("JOB_COMPLETION_INDEX") && !env.at("JOB_COMPLETION_INDEX").empty()) {
+              const KubernetesPlace k = kubernetes_place(env);
+              if (!nnodes->count()) opt->nnodes = k.nnodes;
+              if (!node_rank->count()) opt->node_rank = k.node_rank;
+              if (!master_addr->count()) opt->master_addr = k.master_addr;
+              if (!master_port->count()) opt->master_port = k.master_port;
+            }
             return launch_local_ranks(*opt);
           }};
 }

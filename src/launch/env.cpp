@@ -25,7 +25,17 @@
 //    SLURM_STEP_NUM_NODES / SLURM_NNODES. Master: MASTER_ADDR if set, else the first
 //    host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST / SLURM_NODELIST; port
 //    MASTER_PORT or 29500.
-// 4. Otherwise a single process (rank 0 of 1).
+// 4. Kubernetes Indexed Job (one pod per node; what `shardtrain deploy` renders), when
+//    JOB_COMPLETION_INDEX is set: node rank = JOB_COMPLETION_INDEX; nodes =
+//    SHARDTRAIN_NNODES (the Job's completions; required); ranks per pod =
+//    SHARDTRAIN_NPROC_PER_NODE (default 1), rank = node rank × ranks per pod +
+//    LOCAL_RANK (with more than one rank per pod LOCAL_RANK must be set, i.e. the
+//    ranks started by `shardtrain launch`, which reads this same contract). Master:
+//    MASTER_ADDR if set, else the DNS name of pod 0 behind the Job's headless Service,
+//    "<job>-0.<SHARDTRAIN_SERVICE>": Kubernetes names an Indexed Job's pods
+//    "<job>-<index>" and gives them that hostname, so <job> is SHARDTRAIN_JOB_NAME
+//    or HOSTNAME without its "-<index>"; port MASTER_PORT or 29500.
+// 5. Otherwise a single process (rank 0 of 1).
 //
 // Conflicts: when torchrun variables and Open MPI variables are both present they
 // must agree on rank and world size, or describe a nesting (mpirun started one
@@ -283,6 +293,36 @@ std::optional<Reading> read_slurm(const Env& env) {
   return r;
 }
 
+std::optional<Reading> read_indexed_job(const Env& env) {
+  if (!has(env, "JOB_COMPLETION_INDEX")) return std::nullopt;
+  const KubernetesPlace k = kubernetes_place(env);
+  Reading r;
+  r.e.source = "Kubernetes Indexed Job";
+  r.e.node_rank = k.node_rank;
+  r.e.num_nodes = k.nnodes;
+  r.e.local_world = k.nproc_per_node;
+  if (k.nproc_per_node > 1 && !has(env, "LOCAL_RANK"))
+    fail("launch environment: SHARDTRAIN_NPROC_PER_NODE=", k.nproc_per_node,
+         " but no LOCAL_RANK: start the ranks of this pod with `shardtrain launch --nproc-per-node ",
+         k.nproc_per_node, " -- ...`");
+  r.e.local_rank = opt_int(env, "LOCAL_RANK").value_or(0);
+  r.e.rank = k.node_rank * k.nproc_per_node + r.e.local_rank;
+  r.e.world = k.nnodes * k.nproc_per_node;
+  r.e.master_addr = k.master_addr;
+  r.e.master_port = k.master_port;
+  r.master_given = true;
+  r.rank_var = "rank " + std::to_string(r.e.rank) + " (JOB_COMPLETION_INDEX=" + std::to_string(k.node_rank) +
+               " × SHARDTRAIN_NPROC_PER_NODE=" + std::to_string(k.nproc_per_node) + " + LOCAL_RANK=" +
+               std::to_string(r.e.local_rank) + ")";
+  r.world_var = "world " + std::to_string(r.e.world) + " (SHARDTRAIN_NNODES=" + std::to_string(k.nnodes) +
+                " × SHARDTRAIN_NPROC_PER_NODE=" + std::to_string(k.nproc_per_node) + ")";
+  r.local_rank_var = shown(env, "LOCAL_RANK", r.e.local_rank, "default");
+  r.local_world_var = "SHARDTRAIN_NPROC_PER_NODE=" + std::to_string(k.nproc_per_node);
+  r.node_var = "JOB_COMPLETION_INDEX=" + std::to_string(k.node_rank);
+  r.port_var = has(env, "MASTER_PORT") ? "MASTER_PORT=" + *lookup(env, "MASTER_PORT") : "default port 29500";
+  return r;
+}
+
 void validate(const Reading& r) {
   const DistEnv& e = r.e;
   const std::string from = " (read as " + e.source + " variables)";
@@ -320,9 +360,49 @@ DistEnv detect_dist_env(const Env& env) {
   std::optional<Reading> torchrun = read_torchrun(env), mpi = read_openmpi(env);
   if (torchrun && mpi) check_agree(*torchrun, *mpi);
   std::optional<Reading> chosen = torchrun ? torchrun : mpi ? mpi : read_slurm(env);
+  if (!chosen) chosen = read_indexed_job(env);
   if (!chosen) return DistEnv{};
   validate(*chosen);
   return chosen->e;
+}
+
+KubernetesPlace kubernetes_place(const Env& env) {
+  KubernetesPlace k;
+  const char* why = "a Kubernetes Indexed Job pod (JOB_COMPLETION_INDEX is set) needs SHARDTRAIN_NNODES, the "
+                    "Job's completions";
+  k.node_rank = req_int(env, "JOB_COMPLETION_INDEX", "JOB_COMPLETION_INDEX is empty");
+  k.nnodes = req_int(env, "SHARDTRAIN_NNODES", why);
+  k.nproc_per_node = opt_int(env, "SHARDTRAIN_NPROC_PER_NODE").value_or(1);
+  ST_CHECK(k.nnodes >= 1, "launch environment: SHARDTRAIN_NNODES=", k.nnodes, " must be at least 1");
+  ST_CHECK(k.node_rank >= 0 && k.node_rank < k.nnodes, "launch environment: JOB_COMPLETION_INDEX=", k.node_rank,
+           " is outside 0..", k.nnodes - 1, " for SHARDTRAIN_NNODES=", k.nnodes);
+  ST_CHECK(k.nproc_per_node >= 1, "launch environment: SHARDTRAIN_NPROC_PER_NODE=", k.nproc_per_node,
+           " must be at least 1");
+  if (auto p = opt_int(env, "MASTER_PORT")) k.master_port = *p;
+  ST_CHECK(k.master_port >= 1 && k.master_port <= 65535, "launch environment: MASTER_PORT=", k.master_port,
+           " is outside 1..65535");
+  if (const std::string* m = lookup(env, "MASTER_ADDR")) {
+    k.master_addr = *m;
+    return k;
+  }
+  if (k.nnodes == 1) return k;  // pod 0 is this pod: loopback
+  const std::string* service = lookup(env, "SHARDTRAIN_SERVICE");
+  if (!service)
+    fail("launch environment: Kubernetes Indexed Job pod ", k.node_rank, " of ", k.nnodes,
+         " needs MASTER_ADDR or SHARDTRAIN_SERVICE (the Job's headless Service, whose DNS names the pods)");
+  std::string job;
+  if (const std::string* j = lookup(env, "SHARDTRAIN_JOB_NAME")) {
+    job = *j;
+  } else {
+    const std::string* host = lookup(env, "HOSTNAME");
+    const std::string suffix = "-" + std::to_string(k.node_rank);
+    if (!host || host->size() <= suffix.size() || host->compare(host->size() - suffix.size(), suffix.size(), suffix) != 0)
+      fail("launch environment: HOSTNAME=", host ? *host : std::string("(unset)"), " is not \"<job>", suffix,
+           "\" as Kubernetes names Indexed Job pods; set SHARDTRAIN_JOB_NAME or MASTER_ADDR");
+    job = host->substr(0, host->size() - suffix.size());
+  }
+  k.master_addr = job + "-0." + *service;
+  return k;
 }
 
 std::string slurm_first_host(const std::string& hostlist) {

@@ -23,6 +23,16 @@ struct DistEnv {
 // docs/operations.md; conflicting values are an st::Error naming both variables.
 DistEnv detect_dist_env(const std::map<std::string, std::string>& env);
 
+// A Kubernetes Indexed Job pod's place (contract 4 in env.cpp): JOB_COMPLETION_INDEX,
+// SHARDTRAIN_NNODES, SHARDTRAIN_NPROC_PER_NODE, and rank 0's pod behind the headless
+// Service. st::Error naming the variable when one is missing or malformed.
+struct KubernetesPlace {
+  int node_rank = 0, nnodes = 1, nproc_per_node = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+KubernetesPlace kubernetes_place(const std::map<std::string, std::string>& env);
+
 // The first host of a Slurm hostlist ("node[01-04,07],gpu5" -> "node01"): where
 // rank 0 runs under srun's default block distribution. st::Error when malformed.
 std::string slurm_first_host(const std::string& hostlist);

@@ -55,8 +55,9 @@ constexpr size_t kMaxLine = 64 * 1024;
 // rank-side detection would have to guess or fail; the children see only ours.
 // Job-level variables (SLURM_JOB_ID, ...) are kept: they describe the job, not a rank.
 constexpr const char* kForeignPrefixes[] = {"OMPI_COMM_WORLD_", "PMI_", "PMIX_", "PET_"};
-constexpr const char* kForeignNames[] = {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID",
-                                         "SLURM_NODEID"};
+constexpr const char* kForeignNames[] = {"SLURM_PROCID",         "SLURM_NTASKS",      "SLURM_NPROCS",
+                                         "SLURM_LOCALID",        "SLURM_NODEID",      "JOB_COMPLETION_INDEX",
+                                         "SHARDTRAIN_NNODES",    "SHARDTRAIN_NPROC_PER_NODE"};
 
 constexpr int kHandledSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 

@@ -38,6 +38,69 @@ TEST(DistEnv, NothingSetIsASingleProcess) {
   EXPECT_EQ(e.source, "single process");
 }
 
+TEST(DistEnv, KubernetesIndexedJob) {
+  // One rank per pod: the completion index is the rank; pod 0 behind the headless
+  // Service is the master, named from this pod's hostname "<job>-<index>".
+  DistEnv e = detect_dist_env({{"JOB_COMPLETION_INDEX", "1"},
+                               {"SHARDTRAIN_NNODES", "2"},
+                               {"HOSTNAME", "qwen-train-1"},
+                               {"SHARDTRAIN_SERVICE", "qwen-train"}});
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.world, 2);
+  EXPECT_EQ(e.node_rank, 1);
+  EXPECT_EQ(e.num_nodes, 2);
+  EXPECT_EQ(e.local_rank, 0);
+  EXPECT_EQ(e.master_addr, "qwen-train-0.qwen-train");
+  EXPECT_EQ(e.master_port, 29500);
+  EXPECT_EQ(e.source, "Kubernetes Indexed Job");
+  // Four ranks per pod, started by `shardtrain launch` (LOCAL_RANK); a job name and
+  // a master given outright win over the hostname.
+  e = detect_dist_env({{"JOB_COMPLETION_INDEX", "1"},
+                       {"SHARDTRAIN_NNODES", "2"},
+                       {"SHARDTRAIN_NPROC_PER_NODE", "4"},
+                       {"LOCAL_RANK", "2"},
+                       {"HOSTNAME", "x"},
+                       {"SHARDTRAIN_JOB_NAME", "job"},
+                       {"SHARDTRAIN_SERVICE", "svc"},
+                       {"MASTER_PORT", "29700"}});
+  EXPECT_EQ(e.rank, 6);
+  EXPECT_EQ(e.world, 8);
+  EXPECT_EQ(e.local_world, 4);
+  EXPECT_EQ(e.master_addr, "job-0.svc");
+  EXPECT_EQ(e.master_port, 29700);
+  e = detect_dist_env({{"JOB_COMPLETION_INDEX", "0"}, {"SHARDTRAIN_NNODES", "3"}, {"MASTER_ADDR", "10.0.0.5"}});
+  EXPECT_EQ(e.master_addr, "10.0.0.5");
+  e = detect_dist_env({{"JOB_COMPLETION_INDEX", "0"}, {"SHARDTRAIN_NNODES", "1"}});
+  EXPECT_EQ(e.master_addr, "127.0.0.1");  // one pod: itself
+  // The ranks `shardtrain launch` starts in a pod carry the torchrun contract, which wins.
+  e = detect_dist_env({{"JOB_COMPLETION_INDEX", "1"}, {"SHARDTRAIN_NNODES", "2"}, {"RANK", "3"}, {"WORLD_SIZE", "4"},
+                       {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}});
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.source, "torchrun");
+}
+
+TEST(DistEnv, KubernetesIndexedJobErrorsNameTheVariable) {
+  const Env pod = {{"JOB_COMPLETION_INDEX", "1"}, {"SHARDTRAIN_NNODES", "2"}, {"HOSTNAME", "job-1"},
+                   {"SHARDTRAIN_SERVICE", "svc"}};
+  auto with = [&](const std::string& k, const std::string& v) {
+    Env e = pod;
+    e[k] = v;
+    return e;
+  };
+  auto without = [&](const std::string& k) {
+    Env e = pod;
+    e.erase(k);
+    return e;
+  };
+  EXPECT_ERROR_HAS(without("SHARDTRAIN_NNODES"), "SHARDTRAIN_NNODES");
+  EXPECT_ERROR_HAS(with("JOB_COMPLETION_INDEX", "2"), "JOB_COMPLETION_INDEX=2 is outside 0..1");
+  EXPECT_ERROR_HAS(with("SHARDTRAIN_NNODES", "two"), "SHARDTRAIN_NNODES=two is not a whole number");
+  EXPECT_ERROR_HAS(without("SHARDTRAIN_SERVICE"), "SHARDTRAIN_SERVICE");
+  EXPECT_ERROR_HAS(with("HOSTNAME", "job-7"), "HOSTNAME=job-7 is not \"<job>-1\"");
+  EXPECT_ERROR_HAS(with("SHARDTRAIN_NPROC_PER_NODE", "4"), "shardtrain launch --nproc-per-node 4");
+  EXPECT_ERROR_HAS(with("MASTER_PORT", "70000"), "MASTER_PORT=70000");
+}
+
 TEST(DistEnv, Torchrun) {
   const DistEnv e = detect_dist_env({{"RANK", "5"},
                                      {"WORLD_SIZE", "8"},

@@ -151,6 +151,25 @@ TEST(Launch, MultiNodePlacementAndForeignRankVariablesRemoved) {
       << r.out;
 }
 
+// In a Kubernetes Indexed Job pod `launch` takes its node rank, node count and master
+// from the pod's contract; options given on the command line still win.
+TEST(Launch, IndexedJobPodPlacesItsRanks) {
+  const std::vector<std::string> pod = {"JOB_COMPLETION_INDEX=1", "SHARDTRAIN_NNODES=2", "HOSTNAME=train-1",
+                                        "SHARDTRAIN_SERVICE=train-svc", "MASTER_PORT=29600"};
+  const std::string show = "echo R=$RANK W=$WORLD_SIZE N=$NODE_RANK M=$MASTER_ADDR:$MASTER_PORT "
+                           "J=${JOB_COMPLETION_INDEX-unset}";
+  Result r = launch({"--nproc-per-node", "2", "--program", "/bin/sh", "--", "-c", show}, pod);
+  ASSERT_EQ(r.code(), 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "[rank 2] R=2 W=4 N=1 M=train-0.train-svc:29600 J=unset\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[rank 3] R=3 W=4 N=1 M=train-0.train-svc:29600 J=unset\n")) << r.out;
+  r = launch({"--nproc-per-node", "1", "--master-addr", "10.9.9.9", "--program", "/bin/sh", "--", "-c", show}, pod);
+  ASSERT_EQ(r.code(), 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "[rank 1] R=1 W=2 N=1 M=10.9.9.9:29600 J=unset\n")) << r.out;
+  r = launch({"--nproc-per-node", "1", "--program", "/bin/true"}, {"JOB_COMPLETION_INDEX=0"});
+  EXPECT_NE(r.code(), 0);
+  EXPECT_TRUE(contains(r.out, "SHARDTRAIN_NNODES")) << r.out;
+}
+
 TEST(Launch, RankEnvironmentFunction) {
   st::LaunchOptions opt;
   opt.nproc_per_node = 4;

@@ -112,6 +112,30 @@ TEST(MultiRankTraining, SameGlobalBatchSameCurveAtAnyWorldSize) {
   EXPECT_LT(one.back(), one.front());
 }
 
+// Two pods of a Kubernetes Indexed Job, one rank each, started as the kubelet would
+// (no launcher): each finds its rank in JOB_COMPLETION_INDEX, and together they train
+// the same curve as one rank does.
+TEST(MultiRankTraining, KubernetesIndexedJobPodsTrainTogether) {
+  const auto one = train("k8s_w1", 1, 8);
+  const fs::path out = temp("k8s_pods");
+  fs::create_directories(out);
+  auto pod = [&](int index) {
+    const std::string i = std::to_string(index);
+    return "JOB_COMPLETION_INDEX=" + i + " SHARDTRAIN_NNODES=2 HOSTNAME=qwen-" + i +
+           " SHARDTRAIN_SERVICE=qwen MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port(9)) + " " +
+           SHARDTRAIN_BINARY + " train" + kModel + " --train.steps=20 --train.micro_batch=8 --run.out_dir=" +
+           (out / ("pod" + i)).string();
+  };
+  const Result r = sh("(" + pod(1) + " > " + (out / "pod1.log").string() + " 2>&1; echo $? > " +
+                      (out / "pod1.rc").string() + ") & " + pod(0) + "; rc=$?; wait; exit $rc");
+  EXPECT_EQ(r.code, 0) << r.out;
+  std::ifstream rc(out / "pod1.rc"), log(out / "pod1.log");
+  int code = -1;
+  rc >> code;
+  EXPECT_EQ(code, 0) << std::string(std::istreambuf_iterator<char>(log), {});
+  expect_same_curve(one, losses(out / "pod0" / "metrics.jsonl"), "1 rank vs 2 Indexed Job pods");
+}
+
 TEST(MultiRankTraining, ARankThatDiesStopsTheLaunchNamingIt) {
   const fs::path out = temp("dies");
   const std::string train_cmd = std::string(SHARDTRAIN_BINARY) + " train" + kModel +
