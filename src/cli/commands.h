@@ -18,5 +18,6 @@ Command add_score_command(CLI::App& root);
 Command add_export_command(CLI::App& root);
 Command add_launch_command(CLI::App& root);
 Command add_nccl_check_command(CLI::App& root);
+Command add_deploy_command(CLI::App& root);
 
 }  // namespace st

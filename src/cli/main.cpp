@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<st::Command> commands = {st::add_train_command(app), st::add_score_command(app),
                                       st::add_export_command(app), st::add_presets_command(app),
-                                      st::add_launch_command(app), st::add_nccl_check_command(app)};
+                                      st::add_launch_command(app), st::add_nccl_check_command(app),
+                                      st::add_deploy_command(app)};
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,176 @@
+// `shardtrain deploy plan`: the EKS recipe from one cluster file, offline: checks it,
+// writes every artifact (eksctl config, Helm values, workload, Dockerfile) and prints
+// the eight steps with the commands `deploy apply` runs.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "deploy/cluster_file.h"
+#include "deploy/preflight.h"
+#include "deploy/render.h"
+
+namespace st {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Writes `text` to dir/file through a temporary name and a rename, so an existing
+// file is either the old one or the new one, never half of either.
+void write_file(const fs::path& dir, const std::string& file, const std::string& text) {
+  const fs::path path = dir / file;
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  ST_CHECK(!ec, "deploy plan: cannot create '", path.parent_path().string(), "': ", ec.message());
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    ST_CHECK(out, "deploy plan: cannot write '", tmp.string(), "'");
+    out << text;
+    out.flush();
+    ST_CHECK(out, "deploy plan: writing '", tmp.string(), "' failed (disk full?)");
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp);
+    fail("deploy plan: cannot rename '", tmp.string(), "' to '", path.string(), "': ", ec.message());
+  }
+}
+
+nlohmann::json to_json(const Finding& f) {
+  return {{"kind", f.refusal ? "refusal" : "note"}, {"key", f.key}, {"message", f.message}};
+}
+
+struct PlanArgs {
+  std::string cluster, out;
+  bool json = false;
+  std::optional<long> vcpu_quota;
+};
+
+int run_plan(const PlanArgs& a) {
+  ClusterSpec spec = load_cluster_file(a.cluster);
+  PreflightOptions po;
+  po.vcpu_quota = a.vcpu_quota;
+  const std::vector<Finding> findings = preflight(spec, po);
+  std::vector<Artifact> artifacts;
+  bool refused = false;
+  for (const Finding& f : findings) refused |= f.refusal;
+  if (!refused) {
+    artifacts = render_artifacts(spec);
+    // The rendered worker pods themselves must be Guaranteed (requests == limits).
+    for (const Artifact& art : artifacts)
+      for (const ojson& d : art.docs) {
+        const nlohmann::json doc = nlohmann::json::parse(d.dump());
+        std::vector<nlohmann::json> pods;
+        if (doc.value("kind", "") == "Job") pods.push_back(doc["spec"]["template"]["spec"]);
+        if (doc.value("kind", "") == "RayCluster")
+          for (const auto& wg : doc["spec"]["workerGroupSpecs"]) pods.push_back(wg["template"]["spec"]);
+        if (doc.value("kind", "") == "PyTorchJob")
+          for (const auto& [_, r] : doc["spec"]["pytorchReplicaSpecs"].items()) pods.push_back(r["template"]["spec"]);
+        for (const auto& p : pods)
+          for (const std::string& c : non_guaranteed_containers(p)) {
+            refused = true;
+            fail("deploy plan: ", art.file, ": container '", c, "' of a ", doc.value("kind", ""),
+                 " has requests different from its limits (its pods would not be Guaranteed)");
+          }
+      }
+  }
+  const std::string out_dir =
+      !a.out.empty() ? a.out : (fs::path(spec.dir) / spec.name).lexically_normal().string();
+  const std::vector<PlanStep> steps = refused ? std::vector<PlanStep>{} : plan_steps(spec, out_dir);
+
+  const InstanceFacts& g = *spec.gpu.facts;
+  const std::string zones = spec.gpu.zones.empty() ? "(no zone)" : spec.gpu.zones.front();
+  if (a.json) {
+    nlohmann::json j = {{"cluster", a.cluster},
+                        {"name", spec.name},
+                        {"region", spec.region},
+                        {"engine", spec.engine},
+                        {"out", out_dir},
+                        {"world", spec.world()},
+                        {"ok", !refused}};
+    j["worker_pod"] = {{"gpus", spec.pod_gpus}, {"efa", spec.pod_efa}, {"cpu", spec.pod_cpu},
+                       {"memory_gib", spec.pod_memory_gib}, {"shm_gib", spec.shm_gib}};
+    j["findings"] = nlohmann::json::array();
+    for (const Finding& f : findings) j["findings"].push_back(to_json(f));
+    j["steps"] = nlohmann::json::array();
+    for (const PlanStep& s : steps)
+      j["steps"].push_back({{"step", s.number}, {"title", s.title}, {"commands", s.commands}, {"notes", s.notes}});
+    j["artifacts"] = nlohmann::json::array();
+    for (const Artifact& art : artifacts) j["artifacts"].push_back({{"file", art.file}, {"what", art.what}});
+    std::printf("%s\n", j.dump(1).c_str());
+  } else {
+    std::printf("deploy plan: cluster %s in %s: %d x %s (%d x %s, %d EFA) in %s, engine %s, %d ranks\n",
+                spec.name.c_str(), spec.region.c_str(), spec.gpu.count, spec.gpu.instance_type.c_str(), g.gpus,
+                g.gpu_model.c_str(), g.efa_interfaces, zones.c_str(), spec.engine.c_str(), spec.world());
+    std::printf("worker pod: %d nvidia.com/gpu, %d vpc.amazonaws.com/efa, %d CPU, %dGi memory (requests = limits: "
+                "Guaranteed), /dev/shm %dGi; image %s\n",
+                spec.pod_gpus, std::max(spec.pod_efa, 0), spec.pod_cpu, spec.pod_memory_gib, spec.shm_gib,
+                spec.image().c_str());
+    for (const Finding& f : findings)
+      std::printf("%s%s%s\n", f.refusal ? "REFUSED " : "note: ", f.key.empty() ? "" : (f.key + ": ").c_str(),
+                  f.message.c_str());
+    for (const PlanStep& s : steps) {
+      std::printf("\nstep %d. %s\n", s.number, s.title.c_str());
+      for (const std::string& c : s.commands) std::printf("  $ %s\n", c.c_str());
+      for (const std::string& n : s.notes) std::printf("  # %s\n", n.c_str());
+    }
+    if (!artifacts.empty()) {
+      std::printf("\nartifacts in %s:\n", out_dir.c_str());
+      for (const Artifact& art : artifacts) std::printf("  %-44s %s\n", art.file.c_str(), art.what.c_str());
+    }
+  }
+  if (refused) {
+    int n = 0;
+    for (const Finding& f : findings) n += f.refusal;
+    fail(a.cluster, ": refused by ", n, " preflight check", n == 1 ? "" : "s", " (listed above); nothing was written");
+  }
+  std::string listing;
+  for (const PlanStep& s : steps) {
+    listing += "step " + std::to_string(s.number) + ". " + s.title + "\n";
+    for (const std::string& c : s.commands) listing += "  $ " + c + "\n";
+    for (const std::string& n : s.notes) listing += "  # " + n + "\n";
+  }
+  for (const Artifact& art : artifacts) write_file(out_dir, art.file, art.text);
+  write_file(out_dir, "plan.txt", listing);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+Command add_deploy_command(CLI::App& root) {
+  auto plan = std::make_shared<PlanArgs>();
+  CLI::App* app = root.add_subcommand(
+      "deploy",
+      "Deploy training to Amazon EKS from one cluster file (configs/deploy/eks-g6-efa.toml is the\n"
+      "EFA recipe): plan renders and checks everything offline; docs/deploy.md walks through it.");
+  app->require_subcommand(1);
+  CLI::App* p = app->add_subcommand(
+      "plan",
+      "Check a cluster file (zones, EFA, quotas, pod sizes, image pinning, the run config) and write\n"
+      "every artifact: eksctl ClusterConfig, Helm values, workload manifests, Dockerfile; print the\n"
+      "recipe's eight steps with the exact commands `deploy apply` runs. Creates nothing in AWS.");
+  p->add_option("--cluster", plan->cluster, "the cluster file (TOML)")->required()->check(CLI::ExistingFile);
+  p->add_option("--out", plan->out, "where to write the artifacts (default: <cluster file's dir>/<cluster name>)");
+  p->add_flag("--json", plan->json, "print the plan as one JSON object");
+  p->add_option_function<long>(
+       "--vcpu-quota", [plan](long q) { plan->vcpu_quota = q; },
+       "your on-demand vCPU quota for the GPU family: refuse when the GPU nodes need more")
+      ->check(CLI::NonNegativeNumber);
+  return {app, [p, plan] {
+            if (p->parsed()) return run_plan(*plan);
+            return 2;
+          }};
+}
+
+}  // namespace st

@@ -1,0 +1,381 @@
+// `deploy plan`: the cluster file, the rendered artifacts against the real published
+// schemas (strict), the worker pod the recipe asks for, one test per preflight
+// refusal, golden files for the recipe, and the CLI end to end.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "deploy/cluster_file.h"
+#include "deploy/preflight.h"
+#include "deploy/render.h"
+#include "support/schema_check.h"
+#include "support/shell.h"
+
+namespace st {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kRoot = SHARDTRAIN_SOURCE_DIR;
+const fs::path kRecipe = kRoot / "configs/deploy/eks-g6-efa.toml";
+const fs::path kRecipeRay = kRoot / "configs/deploy/eks-g6-efa-kuberay.toml";
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path p = fs::path(::testing::TempDir()) / ("st_deploy_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+// The recipe with `edit` applied to its text (a line replaced or added), written
+// next to a copy of the run config it points to.
+fs::path variant(const std::string& name, const std::vector<std::pair<std::string, std::string>>& edits,
+                 const fs::path& from = kRecipe) {
+  std::string text = read(from);
+  for (const auto& [old, repl] : edits) {
+    if (old.empty()) {
+      text += "\n" + repl + "\n";
+      continue;
+    }
+    const size_t at = text.find(old);
+    if (at == std::string::npos) throw std::runtime_error("variant " + name + ": '" + old + "' not in the recipe");
+    text.replace(at, old.size(), repl);
+  }
+  const fs::path dir = temp_dir(name) / "deploy";
+  fs::create_directories(dir);
+  fs::copy_file(kRoot / "configs/qwen2.5-1.5b.toml", dir.parent_path() / "qwen2.5-1.5b.toml");
+  const fs::path p = dir / "cluster.toml";
+  std::ofstream(p) << text;
+  return p;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<nlohmann::json> docs_of(const std::vector<Artifact>& arts, const std::string& file) {
+  for (const Artifact& a : arts)
+    if (a.file == file) return yaml_documents(a.text, file);
+  return {};
+}
+
+const nlohmann::json* find_kind(const std::vector<nlohmann::json>& docs, const std::string& kind) {
+  for (const auto& d : docs)
+    if (d.value("kind", "") == kind) return &d;
+  return nullptr;
+}
+
+std::string env_value(const nlohmann::json& container, const std::string& name) {
+  for (const auto& e : container["env"])
+    if (e["name"] == name) return e["value"];
+  return "(unset)";
+}
+
+// ---- the cluster file --------------------------------------------------------------
+
+TEST(ClusterFile, TheRecipeLoads) {
+  const ClusterSpec s = load_cluster_file(kRecipe.string());
+  EXPECT_EQ(s.name, "shardtrain-g6");
+  EXPECT_EQ(s.gpu.instance_type, "g6.12xlarge");
+  EXPECT_EQ(s.gpu.count, 2);
+  EXPECT_TRUE(s.gpu.efa);
+  // The recipe's pod: 4 GPU, 1 EFA, 40 CPU, 160Gi on a 48-vCPU, 192-GiB node.
+  EXPECT_EQ(s.pod_gpus, 4);
+  EXPECT_EQ(s.pod_efa, 1);
+  EXPECT_EQ(s.pod_cpu, 40);
+  EXPECT_EQ(s.pod_memory_gib, 160);
+  EXPECT_EQ(s.world(), 8);
+  // The run config: the file it names, then [train.set].
+  EXPECT_EQ(s.run.model.num_params(), 1'543'714'304LL);
+  EXPECT_EQ(s.run.train.micro_batch, 4);
+  EXPECT_EQ(s.run.train.steps, 100);
+  EXPECT_EQ(s.run.train.device, "cuda");
+  EXPECT_EQ(s.run.fabric.expect_transport, "efa");
+}
+
+TEST(ClusterFile, BadInputNamesTheFileKeyAndLine) {
+  struct Case {
+    std::string old, repl, expect;
+  };
+  const std::vector<Case> cases = {
+      {"count = 2", "count = 2\nzone = \"us-west-2a\"", "unknown key 'nodes.gpu.zone' (line"},
+      {"count = 2", "count = \"two\"", "nodes.gpu.count must be an integer, got a string (line"},
+      {"engine = \"job\"", "engine = \"slurm\"", "workload.engine must be one of job, kuberay, pytorchjob, got 'slurm'"},
+      {"instance_type = \"g6.12xlarge\"", "instance_type = \"g7.mega\"", "nodes.gpu.instance_type = 'g7.mega' is not in"},
+      {"\"train.steps\" = 100", "\"train.stepz\" = 100", "unknown key 'train.stepz'"},
+      {"\"train.steps\" = 100", "\"train.steps\" = 0", "train.steps must be >= 1"},
+      {"config = \"../qwen2.5-1.5b.toml\"", "config = \"../none.toml\"", "train.config = '../none.toml'"},
+      {"name = \"qwen-train\"", "name = \"Qwen_Train\"", "workload.name = 'Qwen_Train' must be lower-case"},
+      {"[cluster.vpc]", "[cluster.vpc\n", "TOML syntax error"},
+      {"expect_transport = \"efa\"", "expect_transport = \"infiniband\"", "train.expect_transport must be one of"},
+  };
+  for (const Case& c : cases) {
+    const fs::path p = variant("bad", {{c.old, c.repl}});
+    const std::string err = error_of([&] { load_cluster_file(p.string()); });
+    EXPECT_NE(err.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in: " << err;
+    EXPECT_NE(err.find(p.string()), std::string::npos) << err;
+  }
+}
+
+// ---- rendered artifacts against the real schemas -----------------------------------
+
+void expect_all_valid(const std::vector<Artifact>& arts, testing::SchemaSet& schemas, const std::string& what) {
+  int checked = 0;
+  for (const Artifact& a : arts) {
+    if (a.docs.empty() || a.file.rfind("helm/", 0) == 0) continue;
+    for (const nlohmann::json& d : yaml_documents(a.text, a.file)) {
+      EXPECT_EQ(schemas.validate(d), "") << what << " " << a.file;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 5) << what;
+}
+
+TEST(DeployPlan, EveryManifestPassesThePublishedSchemasStrictly) {
+  if (!testing::have_shared_deploy()) GTEST_SKIP() << "../shared/deploy is absent: the published schemas are not here";
+  testing::SchemaSet schemas;
+  for (const fs::path& f : {kRecipe, kRecipeRay}) expect_all_valid(render_artifacts(load_cluster_file(f.string())), schemas, f.filename());
+  const fs::path pt = variant("pytorchjob", {{"engine = \"job\"", "engine = \"pytorchjob\""}});
+  expect_all_valid(render_artifacts(load_cluster_file(pt.string())), schemas, "pytorchjob");
+  // The validator is strict: a misspelt field and a number where a string belongs fail.
+  nlohmann::json job = docs_of(render_artifacts(load_cluster_file(kRecipe.string())), "job.yaml")[0];
+  job["spec"]["template"]["spec"]["nodeSelecter"] = {{"a", "b"}};
+  EXPECT_NE(schemas.validate(job), "");
+  nlohmann::json ray = *find_kind(docs_of(render_artifacts(load_cluster_file(kRecipeRay.string())), "workload.yaml"),
+                                  "RayCluster");
+  ray["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-gpus"] = 4;  // map of strings
+  EXPECT_NE(schemas.validate(ray), "");
+}
+
+TEST(DeployPlan, TheWorkerPodIsTheRecipes) {
+  const ClusterSpec s = load_cluster_file(kRecipe.string());
+  const auto arts = render_artifacts(s);
+  const nlohmann::json job = docs_of(arts, "job.yaml").at(0);
+  EXPECT_EQ(job["kind"], "Job");
+  EXPECT_EQ(job["spec"]["completionMode"], "Indexed");
+  EXPECT_EQ(job["spec"]["completions"], 2);
+  const nlohmann::json pod = job["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["subdomain"], "qwen-train");  // the headless Service: pods get DNS names
+  EXPECT_EQ(pod["nodeSelector"]["nvidia.com/gpu.present"], "true");
+  EXPECT_TRUE(non_guaranteed_containers(pod).empty());
+  const nlohmann::json c = pod["containers"][0];
+  const nlohmann::json want = {{"cpu", "40"}, {"memory", "160Gi"}, {"nvidia.com/gpu", "4"}, {"vpc.amazonaws.com/efa", "1"}};
+  EXPECT_EQ(c["resources"]["requests"], want);
+  EXPECT_EQ(c["resources"]["limits"], want);
+  EXPECT_EQ(env_value(c, "FI_PROVIDER"), "efa");
+  EXPECT_EQ(env_value(c, "NCCL_NET_PLUGIN"), "ofi");
+  EXPECT_EQ(env_value(c, "NCCL_SOCKET_IFNAME"), "eth0");
+  EXPECT_EQ(env_value(c, "NCCL_DEBUG"), "INFO");
+  EXPECT_EQ(env_value(c, "FI_EFA_USE_DEVICE_RDMA"), "(unset)");  // L4 nodes: no GPUDirect RDMA
+  EXPECT_EQ(env_value(c, "SHARDTRAIN_NNODES"), "2");
+  EXPECT_EQ(env_value(c, "SHARDTRAIN_SERVICE"), "qwen-train");
+  const std::string cmd = c["command"].dump();
+  EXPECT_NE(cmd.find("\"--expect-transport\",\"efa\""), std::string::npos) << cmd;
+  EXPECT_NE(cmd.find("\"--nproc-per-node\",\"4\""), std::string::npos) << cmd;
+  // A memory-backed /dev/shm (the container default of 64 MiB breaks NCCL).
+  bool shm = false;
+  for (const auto& v : pod["volumes"]) shm |= v["name"] == "dshm" && v["emptyDir"]["medium"] == "Memory";
+  EXPECT_TRUE(shm);
+  // The Service is headless and selects the Job's pods.
+  const std::vector<nlohmann::json> workload = docs_of(arts, "workload.yaml");
+  const nlohmann::json* svc = find_kind(workload, "Service");
+  ASSERT_TRUE(svc);
+  EXPECT_EQ((*svc)["spec"]["clusterIP"], "None");
+  EXPECT_EQ((*svc)["spec"]["selector"], job["spec"]["template"]["metadata"]["labels"]);
+  // The ConfigMap holds the resolved run config, which loads back to the same run.
+  const nlohmann::json* cm = find_kind(workload, "ConfigMap");
+  ASSERT_TRUE(cm);
+  const fs::path back = temp_dir("cm") / "config.toml";
+  std::ofstream(back) << (*cm)["data"]["config.toml"].get<std::string>();
+  const RunConfig r = load_run_config(back.string(), {});
+  EXPECT_EQ(run_config_toml(r), run_config_toml(s.run));
+  // A p5 node would also get GPUDirect RDMA over EFA.
+  const fs::path p5 = variant("p5", {{"instance_type = \"g6.12xlarge\"", "instance_type = \"p5.48xlarge\""}});
+  const auto p5_job = docs_of(render_artifacts(load_cluster_file(p5.string())), "job.yaml").at(0);
+  EXPECT_EQ(env_value(p5_job["spec"]["template"]["spec"]["containers"][0], "FI_EFA_USE_DEVICE_RDMA"), "1");
+}
+
+TEST(DeployPlan, KubeRayHeadIsCpuOnlyAndWorkersAdvertiseTheirGpus) {
+  const auto arts = render_artifacts(load_cluster_file(kRecipeRay.string()));
+  const std::vector<nlohmann::json> workload = docs_of(arts, "workload.yaml");
+  const nlohmann::json* rc = find_kind(workload, "RayCluster");
+  ASSERT_TRUE(rc);
+  const auto& head = (*rc)["spec"]["headGroupSpec"];
+  EXPECT_EQ(head["rayStartParams"]["num-gpus"], "0");
+  EXPECT_EQ(head["serviceType"], "ClusterIP");
+  EXPECT_EQ(env_value(head["template"]["spec"]["containers"][0], "NVIDIA_VISIBLE_DEVICES"), "void");
+  EXPECT_FALSE(head["template"]["spec"]["containers"][0]["resources"]["limits"].contains("nvidia.com/gpu"));
+  const auto& wg = (*rc)["spec"]["workerGroupSpecs"][0];
+  EXPECT_EQ(wg["replicas"], 2);
+  const auto& worker = wg["template"]["spec"]["containers"][0];
+  EXPECT_EQ(wg["rayStartParams"]["num-gpus"], worker["resources"]["limits"]["nvidia.com/gpu"]);
+  EXPECT_TRUE(non_guaranteed_containers(wg["template"]["spec"]).empty());
+  EXPECT_EQ(env_value(worker, "FI_PROVIDER"), "efa");
+  const nlohmann::json rj = docs_of(arts, "job.yaml").at(0);
+  EXPECT_EQ(rj["kind"], "RayJob");
+  const std::string entry = rj["spec"]["entrypoint"];
+  EXPECT_NE(entry.find("ray_driver.py --nnodes 2 --nproc-per-node 4"), std::string::npos) << entry;
+  EXPECT_NE(entry.find("--expect-transport efa"), std::string::npos) << entry;
+  bool values = false;
+  for (const Artifact& a : arts) values |= a.file == "helm/kuberay-operator.values.yaml";
+  EXPECT_TRUE(values);
+}
+
+TEST(DeployPlan, NonGuaranteedPodsAreFound) {
+  const ClusterSpec s = load_cluster_file(kRecipe.string());
+  nlohmann::json pod = nlohmann::json::parse(worker_pod_spec(s, {"x"}).dump());
+  EXPECT_TRUE(non_guaranteed_containers(pod).empty());
+  pod["containers"][0]["resources"]["requests"]["cpu"] = "20";
+  EXPECT_EQ(non_guaranteed_containers(pod), std::vector<std::string>{"shardtrain"});
+  pod["containers"][0]["resources"].erase("limits");
+  EXPECT_EQ(non_guaranteed_containers(pod).size(), 1u);
+}
+
+// ---- preflight: one refusal each -----------------------------------------------------
+
+TEST(Preflight, TheRecipePassesWithNotes) {
+  const auto f = preflight(load_cluster_file(kRecipe.string()), {});
+  for (const Finding& x : f) EXPECT_FALSE(x.refusal) << x.key << ": " << x.message;
+  bool region_note = false;
+  for (const Finding& x : f) region_note |= x.message.find("availability varies by region") != std::string::npos;
+  EXPECT_TRUE(region_note);
+}
+
+TEST(Preflight, EachRefusalNamesItsKey) {
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> edits;
+    std::string key, expect;
+    std::optional<long> quota = std::nullopt;
+  };
+  const std::vector<Case> cases = {
+      {{{"zones = [\"us-west-2a\"]", "zones = [\"us-west-2a\", \"us-west-2b\"]"}}, "nodes.gpu.zones",
+       "EFA traffic does not cross availability zones"},
+      {{{"zones = [\"us-west-2a\"]", "zones = [\"us-west-2c\"]"}}, "nodes.gpu.zones", "not one of cluster.zones"},
+      {{{"zones = [\"us-west-2a\", \"us-west-2b\"]", "zones = [\"us-west-2a\"]"}}, "cluster.zones", "at least two"},
+      {{{"create = true", "create = true\nid = \"vpc-123\""}}, "cluster.vpc.create", "existing one"},
+      {{{"create = true", "create = false\nid = \"vpc-1\"\nprivate_subnets = { \"us-west-2a\" = \"subnet-a\" }"}},
+       "cluster.vpc.private_subnets", "no private subnet for zone 'us-west-2b'"},
+      {{{"", "[workload.resources]\nefa = 2"}}, "workload.resources.efa", "asks for 2 vpc.amazonaws.com/efa but "
+                                                                          "g6.12xlarge has 1"},
+      {{{"efa = true", "efa = false"}}, "train.expect_transport", "every rank would refuse"},
+      {{{"", "[workload.resources]\ngpus = 2"}}, "workload.resources.gpus", "g6.12xlarge has 4, the pod asks for 2"},
+      {{{"", "[workload.resources]\ncpu = 48"}}, "workload.resources.cpu", "asks for 48 CPU but a g6.12xlarge node"},
+      {{{"", "[workload.resources]\nmemory_gib = 191"}}, "workload.resources.memory_gib", "GiB allocatable"},
+      {{{"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n", ""}},
+       "image.digest", "is not pinned"},
+      {{{"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n",
+         "digest = \"sha256:abc\"\n"}},
+       "image.digest", "is not a digest"},
+      {{{"-ubuntu24.04@sha256:0000000000000000000000000000000000000000000000000000000000000000", "-ubuntu24.04"}},
+       "image.base", "not pinned by digest"},
+      {{{"capacity = \"on-demand\"", "capacity = \"reservation\""}}, "nodes.gpu.capacity_reservation_id", "cr-"},
+      {{}, "nodes.gpu.count", "need 96 vCPU of \"Running On-Demand G and VT instances\" (L-DB2E81BA) but the quota is 64",
+       64},
+      {{{"\"train.steps\" = 100", "\"train.steps\" = 100\n\"dist.shard_group_size\" = 3"}}, "train.set",
+       "does not divide the world of 8 ranks"},
+  };
+  for (const Case& c : cases) {
+    const ClusterSpec s = load_cluster_file(variant("pf", c.edits).string());
+    PreflightOptions o;
+    o.vcpu_quota = c.quota;
+    bool found = false;
+    std::string all;
+    for (const Finding& f : preflight(s, o)) {
+      all += (f.refusal ? "refusal " : "note ") + f.key + ": " + f.message + "\n";
+      found |= f.refusal && f.key == c.key && f.message.find(c.expect) != std::string::npos;
+    }
+    EXPECT_TRUE(found) << "expected a refusal on " << c.key << " saying '" << c.expect << "', got:\n" << all;
+  }
+  // A quota that is enough passes.
+  PreflightOptions enough;
+  enough.vcpu_quota = 96;
+  for (const Finding& f : preflight(load_cluster_file(kRecipe.string()), enough)) EXPECT_FALSE(f.refusal) << f.message;
+}
+
+TEST(Preflight, AllocatableFollowsTheEksFormula) {
+  const Allocatable a = eks_allocatable(*find_instance("g6.12xlarge"));
+  EXPECT_NEAR(a.cpu, 48 - (0.06 + 0.01 + 0.01 + 44 * 0.0025), 1e-9);
+  EXPECT_NEAR(a.memory_gib, 192 - (255 + 11 * 234 + 100) / 1024.0, 1e-9);
+}
+
+// ---- golden files and the command line ---------------------------------------------------
+
+// The recipe's artifacts, byte for byte. SHARDTRAIN_UPDATE_GOLDEN=1 rewrites them
+// (then read the diff before committing it).
+TEST(DeployPlan, GoldenFilesForTheRecipe) {
+  for (const fs::path& f : {kRecipe, kRecipeRay}) {
+    const ClusterSpec s = load_cluster_file(f.string());
+    const fs::path golden = kRoot / "tests/deploy/golden" / f.stem();
+    std::vector<std::pair<std::string, std::string>> files;
+    for (const Artifact& a : render_artifacts(s)) files.emplace_back(a.file, a.text);
+    std::string plan;
+    for (const PlanStep& st : plan_steps(s, "OUT")) {
+      plan += "step " + std::to_string(st.number) + ". " + st.title + "\n";
+      for (const std::string& c : st.commands) plan += "  $ " + c + "\n";
+    }
+    files.emplace_back("plan-commands.txt", plan);
+    for (const auto& [name, text] : files) {
+      const fs::path p = golden / name;
+      if (std::getenv("SHARDTRAIN_UPDATE_GOLDEN")) {
+        fs::create_directories(p.parent_path());
+        std::ofstream(p, std::ios::binary) << text;
+      }
+      EXPECT_EQ(read(p), text) << p << " differs from what the plan renders";
+    }
+  }
+}
+
+TEST(DeployPlanCli, WritesEverythingOrNothing) {
+  using st::testing::run_shell;
+  const fs::path out = temp_dir("cli") / "out";
+  const std::string bin = SHARDTRAIN_BINARY;
+  auto r = run_shell(bin + " deploy plan --cluster " + kRecipe.string() + " --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* step : {"step 1.", "step 3.", "step 8.", "eksctl create cluster -f", "helm upgrade --install"})
+    EXPECT_NE(r.out.find(step), std::string::npos) << step << "\n" << r.out;
+  for (const char* f : {"eksctl-cluster.yaml", "workload.yaml", "job.yaml", "Dockerfile", "config.toml", "plan.txt",
+                        "helm/nvidia-device-plugin.values.yaml", "helm/aws-efa-k8s-device-plugin.values.yaml"})
+    EXPECT_TRUE(fs::exists(out / f)) << f;
+  EXPECT_NE(read(out / "Dockerfile").find("FROM nvcr.io/nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04@sha256:"),
+            std::string::npos);
+  // Again: the same bytes (idempotent).
+  const std::string job = read(out / "job.yaml");
+  r = run_shell(bin + " deploy plan --cluster " + kRecipe.string() + " --out " + out.string() + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(read(out / "job.yaml"), job);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["world"], 8);
+  EXPECT_EQ(j["steps"].size(), 8u);
+  // Refused: every refusal listed, a non-zero exit, nothing written.
+  const fs::path bad = variant("cli_bad", {{"zones = [\"us-west-2a\"]", "zones = [\"us-west-2a\", \"us-west-2b\"]"},
+                                           {"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n", ""}});
+  const fs::path out2 = temp_dir("cli2") / "out";
+  r = run_shell(bin + " deploy plan --cluster " + bad.string() + " --out " + out2.string());
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("REFUSED nodes.gpu.zones"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("REFUSED image.digest"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("refused by 2 preflight checks"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out2));
+  r = run_shell(bin + " deploy plan --cluster " + kRecipe.string() + " --vcpu-quota 64 --out " + out2.string());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("need 96 vCPU"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace st
