@@ -319,8 +319,12 @@ TEST(Preflight, AllocatableFollowsTheEksFormula) {
 // The recipe's artifacts, byte for byte. SHARDTRAIN_UPDATE_GOLDEN=1 rewrites them
 // (then read the diff before committing it).
 TEST(DeployPlan, GoldenFilesForTheRecipe) {
+  // Paths as a user in the repository root types them, so the files hold no
+  // checkout-specific directory.
+  const fs::path cwd = fs::current_path();
+  fs::current_path(kRoot);
   for (const fs::path& f : {kRecipe, kRecipeRay}) {
-    const ClusterSpec s = load_cluster_file(f.string());
+    const ClusterSpec s = load_cluster_file(fs::relative(f, kRoot).string());
     const fs::path golden = kRoot / "tests/deploy/golden" / f.stem();
     std::vector<std::pair<std::string, std::string>> files;
     for (const Artifact& a : render_artifacts(s)) files.emplace_back(a.file, a.text);
@@ -339,6 +343,7 @@ TEST(DeployPlan, GoldenFilesForTheRecipe) {
       EXPECT_EQ(read(p), text) << p << " differs from what the plan renders";
     }
   }
+  fs::current_path(cwd);
 }
 
 TEST(DeployPlanCli, WritesEverythingOrNothing) {
