@@ -15,9 +15,12 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "deploy/apply.h"
 #include "deploy/cluster_file.h"
 #include "deploy/preflight.h"
 #include "deploy/render.h"
+#include "deploy/tools.h"
+#include "deploy/verify.h"
 
 namespace st {
 namespace {
@@ -104,7 +107,11 @@ int run_plan(const PlanArgs& a) {
     for (const Finding& f : findings) j["findings"].push_back(to_json(f));
     j["steps"] = nlohmann::json::array();
     for (const PlanStep& s : steps)
-      j["steps"].push_back({{"step", s.number}, {"title", s.title}, {"commands", s.commands}, {"notes", s.notes}});
+    {
+      nlohmann::json cmds = nlohmann::json::array();
+      for (const auto& c : s.commands) cmds.push_back(shell_line(c));
+      j["steps"].push_back({{"step", s.number}, {"title", s.title}, {"commands", cmds}, {"notes", s.notes}});
+    }
     j["artifacts"] = nlohmann::json::array();
     for (const Artifact& art : artifacts) j["artifacts"].push_back({{"file", art.file}, {"what", art.what}});
     std::printf("%s\n", j.dump(1).c_str());
@@ -121,7 +128,7 @@ int run_plan(const PlanArgs& a) {
                   f.message.c_str());
     for (const PlanStep& s : steps) {
       std::printf("\nstep %d. %s\n", s.number, s.title.c_str());
-      for (const std::string& c : s.commands) std::printf("  $ %s\n", c.c_str());
+      for (const auto& c : s.commands) std::printf("  $ %s\n", shell_line(c).c_str());
       for (const std::string& n : s.notes) std::printf("  # %s\n", n.c_str());
     }
     if (!artifacts.empty()) {
@@ -137,13 +144,36 @@ int run_plan(const PlanArgs& a) {
   std::string listing;
   for (const PlanStep& s : steps) {
     listing += "step " + std::to_string(s.number) + ". " + s.title + "\n";
-    for (const std::string& c : s.commands) listing += "  $ " + c + "\n";
+    for (const auto& c : s.commands) listing += "  $ " + shell_line(c) + "\n";
     for (const std::string& n : s.notes) listing += "  # " + n + "\n";
   }
   for (const Artifact& art : artifacts) write_file(out_dir, art.file, art.text);
   write_file(out_dir, "plan.txt", listing);
   std::fflush(stdout);
   return 0;
+}
+
+struct ApplyArgs {
+  std::string cluster, out;
+  bool dry_run = false, train = false;
+};
+
+// apply: the plan's checks and artifacts first (refusals stop it before any tool
+// runs), then the steps.
+int run_apply(const ApplyArgs& a) {
+  const ClusterSpec spec = load_cluster_file(a.cluster);
+  std::string refusals;
+  for (const Finding& f : preflight(spec, {}))
+    if (f.refusal) refusals += "\n  " + f.key + ": " + f.message;
+  if (!refusals.empty()) fail(a.cluster, ": refused by preflight (see `deploy plan`):", refusals);
+  ApplyOptions o;
+  o.out_dir = !a.out.empty() ? a.out : (fs::path(spec.dir) / spec.name).lexically_normal().string();
+  o.dry_run = a.dry_run;
+  o.train = a.train;
+  for (const Artifact& art : render_artifacts(spec)) write_file(o.out_dir, art.file, art.text);
+  std::printf("deploy apply%s: cluster %s in %s, artifacts in %s\n", a.dry_run ? " --dry-run" : "", spec.name.c_str(),
+              spec.region.c_str(), o.out_dir.c_str());
+  return deploy_apply(spec, o);
 }
 
 }  // namespace
@@ -153,7 +183,8 @@ Command add_deploy_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand(
       "deploy",
       "Deploy training to Amazon EKS from one cluster file (configs/deploy/eks-g6-efa.toml is the\n"
-      "EFA recipe): plan renders and checks everything offline; docs/deploy.md walks through it.");
+      "EFA recipe): plan renders and checks everything offline, apply runs it, verify checks the\n"
+      "nodes and pods; docs/deploy.md walks through it.");
   app->require_subcommand(1);
   CLI::App* p = app->add_subcommand(
       "plan",
@@ -167,8 +198,32 @@ Command add_deploy_command(CLI::App& root) {
        "--vcpu-quota", [plan](long q) { plan->vcpu_quota = q; },
        "your on-demand vCPU quota for the GPU family: refuse when the GPU nodes need more")
       ->check(CLI::NonNegativeNumber);
-  return {app, [p, plan] {
+  auto apply = std::make_shared<ApplyArgs>();
+  CLI::App* ap = app->add_subcommand(
+      "apply",
+      "Run the plan's steps 3 to 7 (8 with --train) with the real aws, eksctl, helm and kubectl on\n"
+      "PATH: capacity probe (quota, zone offering, reservation), placement group, cluster and node\n"
+      "groups, device plugins, KubeRay operator, workload, node checks. Each step is skipped when it\n"
+      "is done already, so apply can be run again after a failure; it stops at the first failure\n"
+      "naming the step and the command. Every command and its output go to <out>/deploy.log.");
+  ap->add_option("--cluster", apply->cluster, "the cluster file (TOML)")->required()->check(CLI::ExistingFile);
+  ap->add_option("--out", apply->out, "where the artifacts and deploy.log go (default as for plan)");
+  ap->add_flag("--dry-run", apply->dry_run, "print the commands only");
+  ap->add_flag("--train", apply->train, "go on to step 8: submit the job and follow its logs");
+  auto verify = std::make_shared<ApplyArgs>();
+  auto verify_json = std::make_shared<bool>(false);
+  CLI::App* vp = app->add_subcommand(
+      "verify",
+      "Check the cluster kubectl points at against the cluster file: each GPU node's label, zone,\n"
+      "allocatable nvidia.com/gpu and vpc.amazonaws.com/efa, its device-plugin pods Ready, one\n"
+      "DaemonSet per plugin, and each worker pod Guaranteed (requests == limits), one per node, one\n"
+      "zone. Exits 1 listing every failed check.");
+  vp->add_option("--cluster", verify->cluster, "the cluster file (TOML)")->required()->check(CLI::ExistingFile);
+  vp->add_flag("--json", *verify_json, "print the checks as JSON");
+  return {app, [=] {
             if (p->parsed()) return run_plan(*plan);
+            if (ap->parsed()) return run_apply(*apply);
+            if (vp->parsed()) return deploy_verify(load_cluster_file(verify->cluster), *verify_json, "");
             return 2;
           }};
 }

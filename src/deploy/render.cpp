@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "deploy/tools.h"
 
 namespace st {
 namespace {
@@ -16,21 +17,6 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
   std::string s;
   for (const std::string& x : v) s += (s.empty() ? "" : sep) + x;
   return s;
-}
-
-// A word for a POSIX shell command line: quoted unless it is plainly safe.
-std::string sh_word(const std::string& w) {
-  const bool safe = !w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                                      "@%+=:,./_-") == std::string::npos;
-  if (safe) return w;
-  std::string q = "'";
-  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-std::string sh_line(const std::vector<std::string>& argv) {
-  std::vector<std::string> q;
-  for (const std::string& a : argv) q.push_back(sh_word(a));
-  return join(q, " ");
 }
 
 ojson labels(const ClusterSpec& s) {
@@ -294,7 +280,7 @@ ojson ray_job(const ClusterSpec& s) {
           {"kind", "RayJob"},
           {"metadata", metadata(s, s.job_name)},
           {"spec",
-           {{"entrypoint", sh_line(entry)},
+           {{"entrypoint", shell_line(entry)},
             {"clusterSelector", {{"ray.io/cluster", s.job_name}}},
             {"submissionMode", "K8sJobMode"},
             {"backoffLimit", s.backoff_limit}}}};
@@ -406,24 +392,23 @@ std::vector<PlanStep> plan_steps(const ClusterSpec& s, const std::string& dir) {
                                            std::to_string(s.gpu.count) + " x " + s.gpu.instance_type + ", engine " +
                                            s.engine + ")"}});
   steps.push_back({2, "Preview (this plan)",
-                   {sh_line({"shardtrain", "deploy", "plan", "--cluster", s.path, "--out", dir})},
+                   {{"shardtrain", "deploy", "plan", "--cluster", s.path, "--out", dir}},
                    {"every artifact below is written to " + dir + "; nothing is created"}});
 
   PlanStep cap{3, "Capacity, then the cluster and its node groups", {}, {}};
   if (s.gpu.capacity == "on-demand")
-    cap.commands.push_back(sh_line({"aws", "service-quotas", "get-service-quota", "--service-code", "ec2",
-                                    "--quota-code", g.quota_code, "--region", s.region}));
+    cap.commands.push_back({"aws", "service-quotas", "get-service-quota", "--service-code", "ec2",
+                                    "--quota-code", g.quota_code, "--region", s.region, "--output", "json"});
   else
-    cap.commands.push_back(sh_line({"aws", "ec2", "describe-capacity-reservations", "--capacity-reservation-ids",
-                                    s.gpu.capacity_reservation_id, "--region", s.region}));
-  cap.commands.push_back(sh_line({"aws", "ec2", "describe-instance-type-offerings", "--location-type",
+    cap.commands.push_back({"aws", "ec2", "describe-capacity-reservations", "--capacity-reservation-ids",
+                                    s.gpu.capacity_reservation_id, "--region", s.region, "--output", "json"});
+  cap.commands.push_back({"aws", "ec2", "describe-instance-type-offerings", "--location-type",
                                   "availability-zone", "--filters", "Name=instance-type,Values=" + s.gpu.instance_type,
-                                  "Name=location,Values=" + zone, "--region", s.region}));
+                                  "Name=location,Values=" + zone, "--region", s.region, "--output", "json"});
   if (s.gpu.efa)
-    cap.commands.push_back(sh_line({"aws", "ec2", "create-placement-group", "--group-name", s.gpu.placement_group,
-                                    "--strategy", "cluster", "--region", s.region}));
-  cap.commands.push_back(
-      sh_line({"eksctl", "create", "cluster", "-f", at("eksctl-cluster.yaml"), "--install-nvidia-plugin=false"}));
+    cap.commands.push_back({"aws", "ec2", "create-placement-group", "--group-name", s.gpu.placement_group,
+                                    "--strategy", "cluster", "--region", s.region});
+  cap.commands.push_back({"eksctl", "create", "cluster", "-f", at("eksctl-cluster.yaml"), "--install-nvidia-plugin=false"});
   cap.notes.push_back(std::to_string(s.gpu.count) + " x " + s.gpu.instance_type + " = " +
                       std::to_string(s.gpu.count * g.vcpus) + " vCPU of \"" + g.quota_name + "\" (" + g.quota_code +
                       ")");
@@ -432,14 +417,14 @@ std::vector<PlanStep> plan_steps(const ClusterSpec& s, const std::string& dir) {
   steps.push_back(cap);
 
   PlanStep plugins{4, "Device plugins", {}, {}};
-  plugins.commands.push_back(sh_line({"helm", "upgrade", "--install", "nvidia-device-plugin", "nvidia-device-plugin",
+  plugins.commands.push_back({"helm", "upgrade", "--install", "nvidia-device-plugin", "nvidia-device-plugin",
                                       "--repo", "https://nvidia.github.io/k8s-device-plugin", "--version",
                                       v.nvidia_device_plugin, "--namespace", "nvidia-device-plugin",
                                       "--create-namespace", "--values", at("helm/nvidia-device-plugin.values.yaml"),
-                                      "--wait"}));
+                                      "--wait"});
   if (s.gpu.efa) {
-    plugins.commands.push_back(sh_line({"kubectl", "-n", "kube-system", "rollout", "status",
-                                        "daemonset/aws-efa-k8s-device-plugin-daemonset", "--timeout=300s"}));
+    plugins.commands.push_back({"kubectl", "-n", "kube-system", "rollout", "status",
+                                        "daemonset/aws-efa-k8s-device-plugin-daemonset", "--timeout=300s"});
     plugins.notes.push_back("eksctl installs the EFA device plugin with an efaEnabled node group; the plan only waits "
                             "for it (a Helm release would be a second owner). The chart's values are rendered for "
                             "clusters eksctl did not make: aws-efa-k8s-device-plugin " + v.efa_device_plugin +
@@ -449,10 +434,10 @@ std::vector<PlanStep> plan_steps(const ClusterSpec& s, const std::string& dir) {
 
   PlanStep op{5, "KubeRay operator", {}, {}};
   if (s.engine == "kuberay")
-    op.commands.push_back(sh_line({"helm", "upgrade", "--install", "kuberay-operator", "kuberay-operator", "--repo",
+    op.commands.push_back({"helm", "upgrade", "--install", "kuberay-operator", "kuberay-operator", "--repo",
                                    "https://ray-project.github.io/kuberay-helm/", "--version", v.kuberay_operator,
                                    "--namespace", "kuberay-operator", "--create-namespace", "--values",
-                                   at("helm/kuberay-operator.values.yaml"), "--wait"}));
+                                   at("helm/kuberay-operator.values.yaml"), "--wait"});
   else if (s.engine == "pytorchjob")
     op.notes.push_back("engine pytorchjob: the Kubeflow training operator (PyTorchJob v1) must already run in the "
                        "cluster");
@@ -460,27 +445,28 @@ std::vector<PlanStep> plan_steps(const ClusterSpec& s, const std::string& dir) {
     op.notes.push_back("not needed: engine \"job\" is a plain Kubernetes Indexed Job");
   steps.push_back(op);
 
-  PlanStep work{6, "Workload", {sh_line({"kubectl", "apply", "--server-side", "-f", at("workload.yaml")})}, {}};
+  PlanStep work{6, "Workload", {{"kubectl", "apply", "--server-side", "-f", at("workload.yaml")}}, {}};
   if (s.engine == "kuberay")
-    work.commands.push_back(sh_line({"kubectl", "-n", ns, "wait", "--for=condition=RayClusterProvisioned",
-                                     "raycluster/" + s.job_name, "--timeout=900s"}));
+    work.commands.push_back({"kubectl", "-n", ns, "wait", "--for=condition=RayClusterProvisioned",
+                                     "raycluster/" + s.job_name, "--timeout=900s"});
   steps.push_back(work);
 
   PlanStep verify{7, "Verify the GPU nodes advertise their GPUs and EFA", {}, {}};
-  verify.commands.push_back(sh_line({"kubectl", "get", "nodes", "-l", std::string(kGpuLabel) + "=true", "-o", "json"}));
+  verify.commands.push_back({"shardtrain", "deploy", "verify", "--cluster", s.path});
   verify.notes.push_back("each of the " + std::to_string(s.gpu.count) + " nodes must show allocatable nvidia.com/gpu " +
                          std::to_string(g.gpus) +
                          (s.gpu.efa ? " and vpc.amazonaws.com/efa " + std::to_string(g.efa_interfaces) : "") +
-                         ", in zone " + zone);
+                         ", in zone " + zone + ", with its device-plugin pods Ready (kubectl get nodes, pods, "
+                         "daemonsets -o json)");
   steps.push_back(verify);
 
-  PlanStep submit{8, "Submit and follow", {sh_line({"kubectl", "apply", "--server-side", "-f", at("job.yaml")})}, {}};
+  PlanStep submit{8, "Submit and follow", {{"kubectl", "apply", "--server-side", "-f", at("job.yaml")}}, {}};
   if (s.engine == "job")
-    submit.commands.push_back(sh_line({"kubectl", "-n", ns, "logs", "-f", "job/" + s.job_name}));
+    submit.commands.push_back({"kubectl", "-n", ns, "logs", "-f", "job/" + s.job_name});
   else if (s.engine == "kuberay")
-    submit.commands.push_back(sh_line({"kubectl", "-n", ns, "logs", "-f", "job/" + s.job_name}));
+    submit.commands.push_back({"kubectl", "-n", ns, "logs", "-f", "job/" + s.job_name});
   else
-    submit.commands.push_back(sh_line({"kubectl", "-n", ns, "logs", "-f", s.job_name + "-master-0"}));
+    submit.commands.push_back({"kubectl", "-n", ns, "logs", "-f", s.job_name + "-master-0"});
   if (!s.expect_transport.empty())
     submit.notes.push_back("every rank runs with --expect-transport " + s.expect_transport +
                            ": a fallback to another transport ends the job before step 1");

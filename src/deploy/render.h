@@ -22,7 +22,7 @@ struct Artifact {
 struct PlanStep {
   int number = 0;
   std::string title;
-  std::vector<std::string> commands;  // shell commands, in order
+  std::vector<std::vector<std::string>> commands;  // argv of each command, in order (shell_line prints one)
   std::vector<std::string> notes;
 };
 

@@ -12,6 +12,7 @@
 #include "deploy/cluster_file.h"
 #include "deploy/preflight.h"
 #include "deploy/render.h"
+#include "deploy/tools.h"
 #include "support/schema_check.h"
 #include "support/shell.h"
 
@@ -331,7 +332,7 @@ TEST(DeployPlan, GoldenFilesForTheRecipe) {
     std::string plan;
     for (const PlanStep& st : plan_steps(s, "OUT")) {
       plan += "step " + std::to_string(st.number) + ". " + st.title + "\n";
-      for (const std::string& c : st.commands) plan += "  $ " + c + "\n";
+      for (const auto& c : st.commands) plan += "  $ " + shell_line(c) + "\n";
     }
     files.emplace_back("plan-commands.txt", plan);
     for (const auto& [name, text] : files) {

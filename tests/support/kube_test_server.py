@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""A Kubernetes API test server for the deploy tests: enough of the real HTTP API
+for the real kubectl (and later helm) to work against it on loopback.
+
+  kube_test_server.py --port P --fixtures DIR [--schemas DIR] [--kubeconfig OUT]
+
+Speaks: legacy discovery (/api, /apis, /api/v1, /apis/<group>/<version>, /version);
+GET of collections (cluster-wide and per namespace, with labelSelector and
+fieldSelector=spec.nodeName=X) and of single objects; server-side apply (PATCH with
+application/apply-patch+yaml), whose bodies are validated against the published
+JSON Schemas (--schemas: ../shared/deploy/schemas) strictly, answering 422 with
+causes as the API server does; DELETE; pod logs from the fixtures (<pod>.log).
+Objects come from the JSON files in --fixtures (a List or single objects).
+Writes a kubeconfig pointing at itself when --kubeconfig is given, then prints
+"ready" on stdout.
+"""
+import argparse
+import http.server
+import json
+import os
+import sys
+import threading
+import urllib.parse
+import uuid
+
+try:
+    import yaml  # python3-yaml
+except ImportError:  # pragma: no cover
+    yaml = None
+try:
+    import jsonschema  # python3-jsonschema
+except ImportError:  # pragma: no cover
+    jsonschema = None
+
+# group/version -> [(plural, kind, namespaced)]
+RESOURCES = {
+    "v1": [("nodes", "Node", False), ("namespaces", "Namespace", False), ("pods", "Pod", True),
+           ("services", "Service", True), ("configmaps", "ConfigMap", True),
+           ("serviceaccounts", "ServiceAccount", True), ("events", "Event", True)],
+    "apps/v1": [("daemonsets", "DaemonSet", True), ("deployments", "Deployment", True)],
+    "batch/v1": [("jobs", "Job", True)],
+    "ray.io/v1": [("rayclusters", "RayCluster", True), ("rayjobs", "RayJob", True)],
+    "kubeflow.org/v1": [("pytorchjobs", "PyTorchJob", True)],
+}
+SHORT_NAMES = {"nodes": ["no"], "namespaces": ["ns"], "pods": ["po"], "services": ["svc"], "configmaps": ["cm"],
+               "serviceaccounts": ["sa"], "events": ["ev"], "daemonsets": ["ds"], "deployments": ["deploy"]}
+KIND_OF = {(gv, plural): (kind, ns) for gv, rs in RESOURCES.items() for plural, kind, ns in rs}
+PLURAL_OF = {(gv, kind): plural for gv, rs in RESOURCES.items() for plural, kind, _ in rs}
+
+
+def status(code, reason, message, causes=None, name=None, kind=None):
+    s = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+         "reason": reason, "code": code}
+    if causes:
+        s["details"] = {"name": name or "", "kind": kind or "", "causes": causes}
+    return s
+
+
+def make_strict(s):
+    if isinstance(s, dict):
+        if "properties" in s and "additionalProperties" not in s and not s.get("x-kubernetes-preserve-unknown-fields"):
+            s["additionalProperties"] = False
+        for v in s.values():
+            make_strict(v)
+    elif isinstance(s, list):
+        for v in s:
+            make_strict(v)
+
+
+class Store:
+    def __init__(self, fixtures, schemas):
+        self.lock = threading.Lock()
+        self.objects = {}  # (gv, plural, namespace, name) -> object
+        self.logs = {}     # (namespace, pod) -> text
+        self.rv = 1
+        self.schemas_dir = schemas
+        self.validators = {}
+        if fixtures:
+            for f in sorted(os.listdir(fixtures)):
+                path = os.path.join(fixtures, f)
+                if f.endswith(".json"):
+                    doc = json.load(open(path))
+                    for o in doc.get("items", []) if doc.get("kind", "").endswith("List") else [doc]:
+                        self.put(o)
+                elif f.endswith(".log"):  # <namespace>.<pod>.log
+                    ns, pod = f[:-4].split(".", 1)
+                    self.logs[(ns, pod)] = open(path).read()
+
+    def put(self, o):
+        gv, kind = o["apiVersion"], o["kind"]
+        plural = PLURAL_OF[(gv, kind)]
+        md = o.setdefault("metadata", {})
+        md.setdefault("uid", str(uuid.uuid4()))
+        md.setdefault("creationTimestamp", "2026-12-03T00:00:00Z")
+        self.rv += 1
+        md["resourceVersion"] = str(self.rv)
+        ns = md.get("namespace", "") if KIND_OF[(gv, plural)][1] else ""
+        self.objects[(gv, plural, ns, md["name"])] = o
+        return o
+
+    def validate(self, o):
+        if not self.schemas_dir or jsonschema is None:
+            return []
+        key = o.get("apiVersion", "") + "/" + o.get("kind", "")
+        if key not in self.validators:
+            index = json.load(open(os.path.join(self.schemas_dir, "index.json")))["schemas"]
+            if key not in index:
+                self.validators[key] = None
+            else:
+                schema = json.load(open(os.path.join(self.schemas_dir, index[key]["file"])))
+                make_strict(schema)
+                self.validators[key] = jsonschema.Draft7Validator(schema)
+        v = self.validators[key]
+        if v is None:
+            return []
+        return [{"reason": "FieldValueInvalid", "message": e.message,
+                 "field": ".".join(str(p) for p in e.absolute_path)} for e in v.iter_errors(o)]
+
+
+def matches(o, label_selector, field_selector):
+    labels = o.get("metadata", {}).get("labels", {}) or {}
+    for term in filter(None, (label_selector or "").split(",")):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k) == v:
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k) != v:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    for term in filter(None, (field_selector or "").split(",")):
+        k, v = term.split("=", 1)
+        cur = o
+        for part in k.split("."):
+            cur = cur.get(part, {}) if isinstance(cur, dict) else {}
+        if cur != v:
+            return False
+    return True
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    store = None
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, code, body, content_type="application/json"):
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def route(self):
+        """(gv, plural, namespace, name, sub) of the request path, or None."""
+        u = urllib.parse.urlparse(self.path)
+        parts = [p for p in u.path.split("/") if p]
+        q = dict(urllib.parse.parse_qsl(u.query))
+        if parts[:1] == ["api"]:
+            gv, rest = "v1", parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 3:
+            gv, rest = parts[1] + "/" + parts[2], parts[3:]
+        else:
+            return None, q
+        ns = ""
+        if rest[:1] == ["namespaces"] and len(rest) >= 3:
+            ns, rest = rest[1], rest[2:]
+        if not rest:
+            return None, q
+        plural, name, sub = rest[0], rest[1] if len(rest) > 1 else "", rest[2] if len(rest) > 2 else ""
+        if rest[0] == "namespaces" and len(rest) >= 2 and not ns:
+            plural, name = "namespaces", rest[1]
+        return (gv, plural, ns, name, sub), q
+
+    def discovery(self, path):
+        if path == "/version":
+            return {"major": "1", "minor": "36", "gitVersion": "v1.36.2-shardtrain-test", "platform": "linux/amd64"}
+        if path == "/api":
+            return {"kind": "APIVersions", "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
+        if path == "/apis":
+            groups = []
+            for gv in RESOURCES:
+                if "/" in gv:
+                    g, v = gv.split("/")
+                    groups.append({"name": g, "versions": [{"groupVersion": gv, "version": v}],
+                                   "preferredVersion": {"groupVersion": gv, "version": v}})
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        for gv, rs in RESOURCES.items():
+            if path == ("/api/" + gv if gv == "v1" else "/apis/" + gv):
+                res = []
+                for plural, kind, ns in rs:
+                    res.append({"name": plural, "singularName": kind.lower(), "namespaced": ns, "kind": kind,
+                                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+                                "shortNames": SHORT_NAMES.get(plural, [])})
+                    if plural == "pods":
+                        res.append({"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod",
+                                    "verbs": ["get"]})
+                return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": res}
+        # OpenAPI v3, as much as kubectl reads: per group-version, the PATCH operation of
+        # each kind with its fieldValidation parameter (so kubectl leaves validation to
+        # the server, which validates against the published schemas).
+        if path == "/openapi/v3":
+            return {"paths": {(("api/" if gv == "v1" else "apis/") + gv): {
+                "serverRelativeURL": "/openapi/v3/" + ("api/" if gv == "v1" else "apis/") + gv + "?hash=0"}
+                for gv in RESOURCES}}
+        for gv, rs in RESOURCES.items():
+            if path == "/openapi/v3/" + ("api/" if gv == "v1" else "apis/") + gv:
+                g, v = (gv.split("/") if "/" in gv else ("", gv))
+                paths = {}
+                for plural, kind, ns in rs:
+                    base = "/" + ("api/" if gv == "v1" else "apis/") + gv + ("/namespaces/{namespace}" if ns else "")
+                    gvk = {"group": g, "version": v, "kind": kind}
+                    params = [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+                              {"name": "fieldManager", "in": "query", "schema": {"type": "string"}}]
+                    paths[base + "/" + plural + "/{name}"] = {
+                        "get": {"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "get"},
+                        "patch": {"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "patch",
+                                  "parameters": params},
+                        "parameters": params}
+                    paths[base + "/" + plural] = {
+                        "post": {"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "post",
+                                 "parameters": params}}
+                return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.36.2"}, "paths": paths,
+                        "components": {"schemas": {}}}
+        return None
+
+    def do_GET(self):
+        path = urllib.parse.urlparse(self.path).path.rstrip("/")
+        d = self.discovery(path)
+        if d is not None:
+            return self.reply(200, d)
+        r, q = self.route()
+        if r is None or (r[0], r[1]) not in KIND_OF:
+            return self.reply(404, status(404, "NotFound", "the server could not find the requested resource"))
+        gv, plural, ns, name, sub = r
+        kind, _ = KIND_OF[(gv, plural)]
+        with self.store.lock:
+            if name and sub == "log":
+                text = self.store.logs.get((ns, name))
+                if text is None:
+                    return self.reply(404, status(404, "NotFound", 'pods "%s" not found' % name))
+                return self.reply(200, text, "text/plain")
+            if name:
+                o = self.store.objects.get((gv, plural, ns, name))
+                if o is None:
+                    return self.reply(404, status(404, "NotFound", '%s "%s" not found' % (plural, name)))
+                return self.reply(200, o)
+            items = [o for (g, p, n, _), o in sorted(self.store.objects.items())
+                     if g == gv and p == plural and (not ns or n == ns)
+                     and matches(o, q.get("labelSelector"), q.get("fieldSelector"))]
+            return self.reply(200, {"kind": kind + "List", "apiVersion": gv,
+                                    "metadata": {"resourceVersion": str(self.store.rv)}, "items": items})
+
+    def do_PATCH(self):
+        r, q = self.route()
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
+        if r is None or (r[0], r[1]) not in KIND_OF:
+            return self.reply(404, status(404, "NotFound", "the server could not find the requested resource"))
+        gv, plural, ns, name, _ = r
+        if self.headers.get("Content-Type", "").split(";")[0] != "application/apply-patch+yaml":
+            return self.reply(415, status(415, "UnsupportedMediaType", "only server-side apply is supported here"))
+        o = yaml.safe_load(body) if yaml else json.loads(body)
+        causes = self.store.validate(o)
+        if causes:
+            msg = '%s "%s" is invalid: %s' % (o.get("kind"), name, "; ".join(c["field"] + ": " + c["message"]
+                                                                            for c in causes))
+            return self.reply(422, status(422, "Invalid", msg, causes, name, o.get("kind")))
+        if ns:
+            o.setdefault("metadata", {})["namespace"] = ns
+        with self.store.lock:
+            old = self.store.objects.get((gv, plural, ns, name))
+            code = 200 if old else 201
+            if old:
+                o["metadata"]["uid"] = old["metadata"]["uid"]
+                if "status" in old:
+                    o.setdefault("status", old["status"])
+            self.store.put(o)
+        return self.reply(code, o)
+
+    def do_DELETE(self):
+        r, _ = self.route()
+        if r is None:
+            return self.reply(404, status(404, "NotFound", "not found"))
+        gv, plural, ns, name, _ = r
+        with self.store.lock:
+            o = self.store.objects.pop((gv, plural, ns, name), None)
+        if o is None:
+            return self.reply(404, status(404, "NotFound", '%s "%s" not found' % (plural, name)))
+        return self.reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--fixtures")
+    ap.add_argument("--schemas")
+    ap.add_argument("--kubeconfig")
+    a = ap.parse_args()
+    Handler.store = Store(a.fixtures, a.schemas)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
+    port = srv.server_address[1]
+    if a.kubeconfig:
+        with open(a.kubeconfig, "w") as f:
+            f.write("apiVersion: v1\nkind: Config\n"
+                    "clusters: [{name: test, cluster: {server: 'http://127.0.0.1:%d'}}]\n"
+                    "users: [{name: test, user: {}}]\n"
+                    "contexts: [{name: test, context: {cluster: test, user: test}}]\n"
+                    "current-context: test\n" % port)
+    print("ready %d" % port, flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
