@@ -1,0 +1,324 @@
+// `deploy verify` and `deploy apply`: the checks on the real JSON of nodes, pods and
+// DaemonSets (fixtures of two g6.12xlarge nodes and variants), the real kubectl
+// against the Kubernetes API test server (tests/support/kube_test_server.py), and
+// apply's steps with eksctl, aws and helm as recording fakes on PATH.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "deploy/cluster_file.h"
+#include "deploy/verify.h"
+#include "support/shell.h"
+
+namespace st {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kRoot = SHARDTRAIN_SOURCE_DIR;
+const fs::path kRecipe = kRoot / "configs/deploy/eks-g6-efa.toml";
+const fs::path kFixtures = fs::path(SHARDTRAIN_TEST_DATA) / "k8s/two-g6";
+const fs::path kKubectl = fs::path(SHARDTRAIN_TOOLS_DIR) / "kubectl";
+
+json load(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path p = fs::path(::testing::TempDir()) / ("st_apply_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+ClusterState base_state() { return {load(kFixtures / "nodes.json"), load(kFixtures / "pods.json"),
+                                    load(kFixtures / "daemonsets.json")}; }
+
+std::vector<std::string> failures(const std::vector<Check>& checks) {
+  std::vector<std::string> out;
+  for (const Check& c : checks)
+    if (!c.ok) out.push_back(c.subject + ": " + c.what + ": " + c.detail);
+  return out;
+}
+
+bool any_has(const std::vector<std::string>& v, const std::string& a, const std::string& b = "") {
+  for (const std::string& s : v)
+    if (s.find(a) != std::string::npos && s.find(b) != std::string::npos) return true;
+  return false;
+}
+
+const std::string kNode1 = "ip-10-42-1-11.us-west-2.compute.internal";
+
+// ---- the checks on fixtures ---------------------------------------------------------
+
+TEST(DeployVerify, TwoG6NodesPass) {
+  const auto checks = verify_cluster(load_cluster_file(kRecipe.string()), base_state());
+  EXPECT_TRUE(failures(checks).empty()) << format_checks(checks);
+  EXPECT_GE(checks.size(), 20u);
+}
+
+TEST(DeployVerify, EachProblemIsNamed) {
+  const ClusterSpec spec = load_cluster_file(kRecipe.string());
+  struct Case {
+    std::string name;
+    std::function<void(ClusterState&)> edit;
+    std::string subject, expect;
+  };
+  auto node1 = [](ClusterState& s) -> json& { return s.nodes["items"][1]; };
+  const std::vector<Case> cases = {
+      {"no EFA", [&](ClusterState& s) { node1(s)["status"]["allocatable"]["vpc.amazonaws.com/efa"] = "0"; },
+       "node " + kNode1, "allocatable vpc.amazonaws.com/efa: 0, want 1"},
+      {"EFA not advertised", [&](ClusterState& s) { node1(s)["status"]["allocatable"].erase("vpc.amazonaws.com/efa"); },
+       "node " + kNode1, "allocatable vpc.amazonaws.com/efa: 0, want 1"},
+      {"other zone", [&](ClusterState& s) { node1(s)["metadata"]["labels"]["topology.kubernetes.io/zone"] = "us-west-2b"; },
+       "node " + kNode1, "zone: us-west-2b, want us-west-2a"},
+      {"no GPU label", [&](ClusterState& s) { node1(s)["metadata"]["labels"].erase("nvidia.com/gpu.present"); },
+       "node " + kNode1, "label nvidia.com/gpu.present: missing"},
+      {"three GPUs", [&](ClusterState& s) { node1(s)["status"]["allocatable"]["nvidia.com/gpu"] = "3"; },
+       "node " + kNode1, "allocatable nvidia.com/gpu: 3, want 4"},
+      {"one node", [&](ClusterState& s) { s.nodes["items"].erase(1); }, "node group gpu", "GPU nodes: 1, want 2"},
+      {"two EFA plugins",
+       [&](ClusterState& s) {
+         json d = s.daemonsets["items"][1];
+         d["metadata"]["name"] = "aws-efa-k8s-device-plugin";
+         d["metadata"]["namespace"] = "aws-efa";
+         s.daemonsets["items"].push_back(d);
+       },
+       "plugin efa", "two owners"},
+      {"plugin pod not Ready",
+       [&](ClusterState& s) { s.pods["items"][3]["status"]["conditions"][0]["status"] = "False"; },
+       "node " + kNode1, "nvidia device plugin pod Ready: not Ready"},
+      {"requests below limits",
+       [&](ClusterState& s) {
+         s.pods["items"][5]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "20";
+         s.pods["items"][5]["status"]["qosClass"] = "Burstable";
+       },
+       "pod shardtrain/qwen-train-1", "requests == limits: no"},
+      {"two pods on one node",
+       [&](ClusterState& s) { s.pods["items"][5]["spec"]["nodeName"] = s.pods["items"][2]["spec"]["nodeName"]; },
+       "pod shardtrain/qwen-train-1", "one pod per node"},
+  };
+  for (const Case& c : cases) {
+    ClusterState s = base_state();
+    c.edit(s);
+    const auto f = failures(verify_cluster(spec, s));
+    EXPECT_TRUE(any_has(f, c.subject, c.expect)) << c.name << ": expected a failure of '" << c.subject << "' with '"
+                                                 << c.expect << "', got:\n"
+                                                 << ::testing::PrintToString(f);
+  }
+}
+
+// ---- the real kubectl against the test server --------------------------------------------
+
+class KubeServer {
+ public:
+  // Serves `fixtures` (a directory of List JSON files); writes a kubeconfig.
+  explicit KubeServer(const fs::path& fixtures, const fs::path& dir) {
+    kubeconfig_ = dir / "kubeconfig";
+    const fs::path ready = dir / "server.out";
+    fs::remove(ready);
+    fs::remove(kubeconfig_);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int fd = ::open(ready.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      const std::string script = (kRoot / "tests/support/kube_test_server.py").string();
+      const std::string schemas = (fs::path(SHARDTRAIN_SHARED_DIR) / "deploy/schemas").string();
+      if (fs::exists(schemas))
+        ::execlp("python3", "python3", script.c_str(), "--fixtures", fixtures.c_str(), "--kubeconfig",
+                 kubeconfig_.c_str(), "--schemas", schemas.c_str(), nullptr);
+      else
+        ::execlp("python3", "python3", script.c_str(), "--fixtures", fixtures.c_str(), "--kubeconfig",
+                 kubeconfig_.c_str(), nullptr);
+      ::_exit(127);
+    }
+    for (int i = 0; i < 200; ++i) {
+      std::ifstream in(ready);
+      std::string word;
+      if (in >> word && word == "ready") return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    ADD_FAILURE() << "the test server did not start";
+  }
+  ~KubeServer() {
+    ::kill(pid_, SIGTERM);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  // Environment for a command: kubectl from the tools directory, this server.
+  std::string env() const {
+    return "PATH=" + kKubectl.parent_path().string() + ":$PATH KUBECONFIG=" + kubeconfig_.string() + " ";
+  }
+
+ private:
+  pid_t pid_ = -1;
+  fs::path kubeconfig_;
+};
+
+bool have_tools() { return fs::exists(kKubectl) && st::testing::run_shell("python3 -c 'import yaml'").code == 0; }
+
+TEST(DeployVerifyCli, RealKubectlAgainstTheTestServer) {
+  if (!have_tools()) GTEST_SKIP() << "kubectl (scripts/get_kube_tools.sh) or python3-yaml is missing";
+  const fs::path dir = temp_dir("verify");
+  const std::string bin = std::string(SHARDTRAIN_BINARY) + " deploy verify --cluster " + kRecipe.string();
+  {
+    KubeServer server(kFixtures, dir);
+    const auto r = st::testing::run_shell(server.env() + bin);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("allocatable vpc.amazonaws.com/efa  ok"), std::string::npos) << r.out;
+    const auto j = st::testing::run_shell(server.env() + bin + " --json 2>/dev/null");
+    EXPECT_TRUE(json::parse(j.out)["ok"].get<bool>()) << j.out;
+  }
+  // One node advertises no EFA: a non-zero exit naming the node and the resource.
+  const fs::path variant = dir / "no-efa";
+  fs::create_directories(variant);
+  for (const char* f : {"pods.json", "daemonsets.json"}) fs::copy_file(kFixtures / f, variant / f);
+  json nodes = load(kFixtures / "nodes.json");
+  nodes["items"][1]["status"]["allocatable"].erase("vpc.amazonaws.com/efa");
+  nodes["items"][1]["status"]["capacity"].erase("vpc.amazonaws.com/efa");
+  std::ofstream(variant / "nodes.json") << nodes.dump(1);
+  KubeServer server(variant, dir);
+  const auto r = st::testing::run_shell(server.env() + bin);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("deploy verify: 1 check failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(kNode1 + ": allocatable vpc.amazonaws.com/efa: 0, want 1"), std::string::npos) << r.out;
+}
+
+// ---- apply ----------------------------------------------------------------------------------
+
+// eksctl, aws and helm as fakes on PATH: each appends its arguments to calls.log and
+// answers from the environment (FAKE_QUOTA, FAKE_OFFERED, FAKE_EXISTS).
+fs::path fake_tools(const fs::path& dir) {
+  const fs::path bin = dir / "fakebin";
+  fs::create_directories(bin);
+  auto script = [&](const std::string& name, const std::string& body) {
+    std::ofstream(bin / name) << "#!/bin/sh\necho \"" << name << " $*\" >> \"" << (dir / "calls.log").string()
+                              << "\"\n" << body;
+    fs::permissions(bin / name, fs::perms::owner_all);
+  };
+  script("aws",
+         "case \"$1 $2\" in\n"
+         "  'service-quotas get-service-quota') echo \"{\\\"Quota\\\": {\\\"QuotaCode\\\": \\\"L-DB2E81BA\\\", "
+         "\\\"Value\\\": ${FAKE_QUOTA:-96}.0}}\" ;;\n"
+         "  'ec2 describe-instance-type-offerings') if [ \"${FAKE_OFFERED:-1}\" = 1 ]; then echo "
+         "'{\"InstanceTypeOfferings\": [{\"InstanceType\": \"g6.12xlarge\", \"LocationType\": \"availability-zone\", "
+         "\"Location\": \"us-west-2a\"}]}'; else echo '{\"InstanceTypeOfferings\": []}'; fi ;;\n"
+         "  'ec2 describe-placement-groups') [ \"${FAKE_EXISTS:-0}\" = 1 ] || { echo 'An error occurred "
+         "(InvalidPlacementGroup.Unknown)' >&2; exit 254; }; echo '{\"PlacementGroups\": []}' ;;\n"
+         "  *) echo '{}' ;;\n"
+         "esac\n");
+  script("eksctl",
+         "case \"$1 $2\" in\n"
+         "  'get cluster') [ \"${FAKE_EXISTS:-0}\" = 1 ] || { echo 'Error: unable to describe cluster control "
+         "plane: ResourceNotFoundException' >&2; exit 1; }; echo '[{\"Name\": \"shardtrain-g6\"}]' ;;\n"
+         "  'get nodegroup') echo '[{\"Name\": \"system\"}, {\"Name\": \"gpu\"}]' ;;\n"
+         "  *) echo \"created\" ;;\n"
+         "esac\n");
+  script("helm",
+         "case \"$1\" in\n"
+         "  status) [ \"${FAKE_EXISTS:-0}\" = 1 ] || { echo 'Error: release: not found' >&2; exit 1; }; echo "
+         "'{\"name\": \"nvidia-device-plugin\", \"info\": {\"status\": \"deployed\"}, \"chart\": {\"metadata\": "
+         "{\"name\": \"nvidia-device-plugin\", \"version\": \"0.20.0\"}}}' ;;\n"
+         "  *) echo 'Release has been upgraded' ;;\n"
+         "esac\n");
+  return bin;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(DeployApply, DryRunPrintsTheCommandSequence) {
+  const auto r = st::testing::run_shell(std::string(SHARDTRAIN_BINARY) + " deploy apply --dry-run --cluster " +
+                                        kRecipe.string() + " --out " + temp_dir("dry").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const char* in_order[] = {"aws service-quotas get-service-quota --service-code ec2 --quota-code L-DB2E81BA",
+                            "aws ec2 describe-instance-type-offerings",
+                            "aws ec2 create-placement-group --group-name shardtrain-g6-gpu --strategy cluster",
+                            "eksctl create cluster -f", "helm upgrade --install nvidia-device-plugin",
+                            "kubectl -n kube-system rollout status daemonset/aws-efa-k8s-device-plugin-daemonset",
+                            "kubectl apply --server-side -f", "shardtrain deploy verify --cluster"};
+  size_t at = 0;
+  for (const char* c : in_order) {
+    const size_t p = r.out.find(c, at);
+    EXPECT_NE(p, std::string::npos) << "'" << c << "' missing or out of order in:\n" << r.out;
+    if (p != std::string::npos) at = p;
+  }
+  EXPECT_EQ(r.out.find("job.yaml"), std::string::npos) << "step 8 only with --train";
+}
+
+TEST(DeployApply, RunsTheStepsThenSkipsWhatIsDone) {
+  if (!have_tools()) GTEST_SKIP() << "kubectl (scripts/get_kube_tools.sh) or python3-yaml is missing";
+  const fs::path dir = temp_dir("run");
+  const fs::path bin = fake_tools(dir);
+  KubeServer server(kFixtures, dir);
+  // The fakes first on PATH (before the real helm of the tools directory).
+  const std::string cmd = server.env() + "PATH=" + bin.string() + ":$PATH " + SHARDTRAIN_BINARY +
+                          " deploy apply --cluster " + kRecipe.string() + " --out " + (dir / "out").string();
+  auto r = st::testing::run_shell(cmd);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::string calls = read_file(dir / "calls.log");
+  EXPECT_NE(calls.find("eksctl create cluster -f " + (dir / "out/eksctl-cluster.yaml").string() +
+                       " --install-nvidia-plugin=false"), std::string::npos) << calls;
+  EXPECT_NE(calls.find("aws ec2 create-placement-group"), std::string::npos) << calls;
+  EXPECT_NE(calls.find("helm upgrade --install nvidia-device-plugin"), std::string::npos) << calls;
+  EXPECT_NE(r.out.find("96 vCPU, 96 needed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[step 7/7]"), std::string::npos) << r.out;
+  const std::string log = read_file(dir / "out/deploy.log");
+  EXPECT_NE(log.find("$ kubectl apply --server-side -f"), std::string::npos) << log;
+  EXPECT_NE(log.find("serverside-applied"), std::string::npos) << log;
+  // Again, with everything in place: nothing is created twice.
+  fs::remove(dir / "calls.log");
+  r = st::testing::run_shell("FAKE_EXISTS=1 " + cmd);
+  ASSERT_EQ(r.code, 0) << r.out;
+  calls = read_file(dir / "calls.log");
+  EXPECT_EQ(calls.find("create cluster"), std::string::npos) << calls;
+  EXPECT_EQ(calls.find("create-placement-group"), std::string::npos) << calls;
+  EXPECT_EQ(calls.find("helm upgrade"), std::string::npos) << calls;
+  EXPECT_NE(r.out.find("skipped: cluster shardtrain-g6 and its node groups exist"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("skipped: release nvidia-device-plugin 0.20.0 is deployed"), std::string::npos) << r.out;
+}
+
+TEST(DeployApply, ShortCapacityStopsBeforeAnythingIsCreated) {
+  const fs::path dir = temp_dir("short");
+  const fs::path bin = fake_tools(dir);
+  const std::string cmd = "PATH=" + bin.string() + ":" + kKubectl.parent_path().string() + ":$PATH " +
+                          SHARDTRAIN_BINARY + " deploy apply --cluster " + kRecipe.string() + " --out " +
+                          (dir / "out").string();
+  auto r = st::testing::run_shell("FAKE_QUOTA=64 " + cmd);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step 3 (Capacity, then the cluster and its node groups) failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("is 64 vCPU but 2 x g6.12xlarge need 96"), std::string::npos) << r.out;
+  EXPECT_EQ(read_file(dir / "calls.log").find("eksctl"), std::string::npos);
+  fs::remove(dir / "calls.log");
+  r = st::testing::run_shell("FAKE_OFFERED=0 " + cmd);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("does not offer g6.12xlarge"), std::string::npos) << r.out;
+  EXPECT_EQ(read_file(dir / "calls.log").find("create"), std::string::npos);
+}
+
+TEST(DeployApply, AMissingToolIsNamedWithHowToGetIt) {
+  const auto r = st::testing::run_shell("PATH=/usr/bin:/bin " + std::string(SHARDTRAIN_BINARY) +
+                                        " deploy apply --cluster " + kRecipe.string() + " --out " +
+                                        temp_dir("missing").string());
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("tools missing from PATH"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("eksctl: install eksctl"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace st
