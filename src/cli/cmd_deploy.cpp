@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <iostream>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -220,7 +222,66 @@ Command add_deploy_command(CLI::App& root) {
       "zone. Exits 1 listing every failed check.");
   vp->add_option("--cluster", verify->cluster, "the cluster file (TOML)")->required()->check(CLI::ExistingFile);
   vp->add_flag("--json", *verify_json, "print the checks as JSON");
+  // submit / status / logs / down / destroy: the cluster file, and where its artifacts are.
+  struct JobArgs {
+    std::string cluster, out;
+    int rank = -1;
+    bool yes = false;
+    double timeout_s = 86400;
+  };
+  auto job = std::make_shared<JobArgs>();
+  auto job_command = [&](const char* name, const char* help) {
+    CLI::App* c = app->add_subcommand(name, help);
+    c->add_option("--cluster", job->cluster, "the cluster file (TOML)")->required()->check(CLI::ExistingFile);
+    c->add_option("--out", job->out, "where the artifacts are (default as for plan)");
+    return c;
+  };
+  CLI::App* sp = job_command(
+      "submit",
+      "Step 8: apply the job, report why pods are Pending, print rank 0's log as it grows and a failing\n"
+      "pod's log, and end with the job's result (exit 0 when it completed). A rank that refused its\n"
+      "transport (--expect-transport) is named with the line that says so.");
+  sp->add_option("--timeout-s", job->timeout_s, "give up waiting after this long (the job keeps running)")
+      ->capture_default_str();
+  CLI::App* stp = job_command("status", "The job's pods: index, phase, node, or why they are Pending.");
+  CLI::App* lp = job_command("logs", "A pod's log: --rank N prints that global rank's lines from its pod.");
+  lp->add_option("--rank", job->rank, "global rank (default: pod 0, every line)");
+  CLI::App* dp = job_command("down", "Delete the job and the workload (namespace, config, service); the cluster stays.");
+  CLI::App* xp = job_command("destroy", "Delete the cluster (eksctl) and its placement group; asks first unless --yes.");
+  xp->add_flag("--yes", job->yes, "do not ask");
+  auto job_spec = [job](std::string* out) {
+    ClusterSpec spec = load_cluster_file(job->cluster);
+    *out = !job->out.empty() ? job->out : (fs::path(spec.dir) / spec.name).lexically_normal().string();
+    return spec;
+  };
   return {app, [=] {
+            std::string out;
+            if (sp->parsed()) {
+              const ClusterSpec spec = job_spec(&out);
+              for (const Artifact& art : render_artifacts(spec)) write_file(out, art.file, art.text);
+              SubmitOptions so;
+              so.out_dir = out;
+              so.timeout_s = job->timeout_s;
+              if (const char* poll = std::getenv("SHARDTRAIN_DEPLOY_POLL_S")) so.poll_s = std::atof(poll);
+              return deploy_submit(spec, so);
+            }
+            if (stp->parsed()) return deploy_status(job_spec(&out));
+            if (lp->parsed()) return deploy_logs(job_spec(&out), job->rank);
+            if (dp->parsed()) return deploy_down(job_spec(&out), out);
+            if (xp->parsed()) {
+              const ClusterSpec spec = job_spec(&out);
+              if (!job->yes) {
+                std::printf("delete cluster %s in %s and everything on it? type the cluster's name: ",
+                            spec.name.c_str(), spec.region.c_str());
+                std::fflush(stdout);
+                std::string answer;
+                if (!std::getline(std::cin, answer) || answer != spec.name) {
+                  std::printf("\nnot deleted\n");
+                  return 1;
+                }
+              }
+              return deploy_destroy(spec, out);
+            }
             if (p->parsed()) return run_plan(*plan);
             if (ap->parsed()) return run_apply(*apply);
             if (vp->parsed()) return deploy_verify(load_cluster_file(verify->cluster), *verify_json, "");

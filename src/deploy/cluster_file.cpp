@@ -321,7 +321,10 @@ ClusterSpec load_cluster_file(const std::string& path) {
   } catch (const Error& e) {
     fail(path, ": [train] (train.config and train.set): ", e.what());
   }
-  spec.run.train.device = "cuda";
+  // The pods train on their GPUs, unless [train.set] says otherwise (a CPU test cluster).
+  bool device_set = false;
+  for (const auto& [k, v] : spec.train_set) device_set |= k == "train.device" || k == "--train.device";
+  if (!device_set) spec.run.train.device = "cuda";
   spec.run.fabric.transport = spec.transport;
   spec.run.fabric.socket_ifname = spec.socket_ifname;
   spec.run.fabric.expect_transport = spec.expect_transport;

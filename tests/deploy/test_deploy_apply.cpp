@@ -124,7 +124,9 @@ TEST(DeployVerify, EachProblemIsNamed) {
 class KubeServer {
  public:
   // Serves `fixtures` (a directory of List JSON files); writes a kubeconfig.
-  explicit KubeServer(const fs::path& fixtures, const fs::path& dir) {
+  // With `kubelet`, applied Indexed Jobs run their pods as processes (files under
+  // dir/kubelet), with shardtrain and kubectl on their PATH.
+  explicit KubeServer(const fs::path& fixtures, const fs::path& dir, bool kubelet = false) {
     kubeconfig_ = dir / "kubeconfig";
     const fs::path ready = dir / "server.out";
     fs::remove(ready);
@@ -136,12 +138,20 @@ class KubeServer {
       ::dup2(fd, 2);
       const std::string script = (kRoot / "tests/support/kube_test_server.py").string();
       const std::string schemas = (fs::path(SHARDTRAIN_SHARED_DIR) / "deploy/schemas").string();
-      if (fs::exists(schemas))
-        ::execlp("python3", "python3", script.c_str(), "--fixtures", fixtures.c_str(), "--kubeconfig",
-                 kubeconfig_.c_str(), "--schemas", schemas.c_str(), nullptr);
-      else
-        ::execlp("python3", "python3", script.c_str(), "--fixtures", fixtures.c_str(), "--kubeconfig",
-                 kubeconfig_.c_str(), nullptr);
+      const std::string pods = (dir / "kubelet").string();
+      std::vector<std::string> args = {"python3", script, "--fixtures", fixtures.string(), "--kubeconfig",
+                                       kubeconfig_.string()};
+      if (fs::exists(schemas)) args.insert(args.end(), {"--schemas", schemas});
+      if (kubelet) {
+        args.insert(args.end(), {"--kubelet", pods});
+        const std::string path = fs::path(SHARDTRAIN_BINARY).parent_path().string() + ":" +
+                                 kKubectl.parent_path().string() + ":" + std::getenv("PATH");
+        ::setenv("PATH", path.c_str(), 1);
+      }
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execvp("python3", argv.data());
       ::_exit(127);
     }
     for (int i = 0; i < 200; ++i) {
@@ -318,6 +328,121 @@ TEST(DeployApply, AMissingToolIsNamedWithHowToGetIt) {
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("tools missing from PATH"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("eksctl: install eksctl"), std::string::npos) << r.out;
+}
+
+// ---- submit: a two-pod tiny job on the test server's kubelet ---------------------------------
+
+// The recipe turned into a CPU test job: the tiny model, a few steps, 4 ranks per pod
+// over Gloo, a free rendezvous port; `expect` is train.expect_transport.
+fs::path tiny_cluster(const fs::path& dir, const std::string& expect, int port) {
+  fs::create_directories(dir / "configs/deploy");
+  fs::copy_file(kRoot / "configs/tiny.toml", dir / "configs/tiny.toml", fs::copy_options::overwrite_existing);
+  std::string s = read_file(kRecipe);
+  auto sub = [&](const std::string& a, const std::string& b) {
+    const size_t at = s.find(a);
+    ASSERT_NE(at, std::string::npos) << a;
+    s.replace(at, a.size(), b);
+  };
+  sub("config = \"../qwen2.5-1.5b.toml\"", "config = \"../tiny.toml\"");
+  sub("expect_transport = \"efa\"          # every rank refuses to train on anything else",
+      "expect_transport = \"" + expect + "\"");
+  sub("master_port = 29500", "master_port = " + std::to_string(port));
+  sub("\"train.micro_batch\" = 4\n\"train.steps\" = 100\n\"train.log_every\" = 10",
+      "\"train.device\" = \"cpu\"\n\"train.micro_batch\" = 2\n\"train.seq_len\" = 32\n\"train.steps\" = 3\n"
+      "\"train.log_every\" = 1\n\"model.layers\" = 2\n\"data.source\" = \"random\"\n\"run.progress\" = \"off\"\n"
+      "\"dist.timeout_s\" = 60");
+  sub("# env = { FI_EFA_FORK_SAFE = \"1\" }", "env = { OPENBLAS_NUM_THREADS = \"1\" }");
+  const fs::path p = dir / "configs/deploy/tiny.toml";
+  std::ofstream(p) << s;
+  return p;
+}
+
+// The base fixtures without the worker pods (the job makes its own).
+fs::path empty_cluster(const fs::path& dir, const std::function<void(json&)>& edit_nodes = {}) {
+  const fs::path fx = dir / "fixtures";
+  fs::create_directories(fx);
+  json nodes = load(kFixtures / "nodes.json"), pods = load(kFixtures / "pods.json");
+  if (edit_nodes) edit_nodes(nodes);
+  json keep = json::array();
+  for (const auto& p : pods["items"])
+    if (p["metadata"]["namespace"] != "shardtrain") keep.push_back(p);
+  pods["items"] = keep;
+  std::ofstream(fx / "nodes.json") << nodes.dump(1);
+  std::ofstream(fx / "pods.json") << pods.dump(1);
+  fs::copy_file(kFixtures / "daemonsets.json", fx / "daemonsets.json");
+  return fx;
+}
+
+int free_port_guess() { return 21000 + static_cast<int>(::getpid() % 4000); }
+
+std::string submit_cmd(const KubeServer& server, const fs::path& cluster, const fs::path& out, int timeout_s) {
+  return server.env() + "SHARDTRAIN_DEPLOY_POLL_S=0.3 " + SHARDTRAIN_BINARY + " deploy submit --cluster " +
+         cluster.string() + " --out " + out.string() + " --timeout-s " + std::to_string(timeout_s);
+}
+
+TEST(DeploySubmit, TwoPodTinyJobRunsToCompletion) {
+  if (!have_tools()) GTEST_SKIP() << "kubectl (scripts/get_kube_tools.sh) or python3-yaml is missing";
+  const fs::path dir = temp_dir("submit");
+  const fs::path cluster = tiny_cluster(dir, "", free_port_guess());
+  KubeServer server(empty_cluster(dir), dir, true);
+  const fs::path out = dir / "out";
+  // Steps 6 and 8: the workload (its ConfigMap holds the run config), then the job.
+  auto r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy plan --cluster " + cluster.string() +
+                                  " --out " + out.string() + " && " + server.env() + "kubectl apply --server-side -f " +
+                                  (out / "workload.yaml").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = st::testing::run_shell(submit_cmd(server, cluster, out, 120));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[pod 0] [rank 0] step 3/3"), std::string::npos) << r.out;  // rank 0's log, shown
+  EXPECT_NE(r.out.find("world 8"), std::string::npos) << r.out;                     // 2 pods x 4 ranks
+  EXPECT_NE(r.out.find("qwen-train completed: 2 of 2 pods succeeded"), std::string::npos) << r.out;
+  r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy status --cluster " + cluster.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Succeeded  ip-10-42-1-11"), std::string::npos) << r.out;
+  r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy logs --rank 0 --cluster " + cluster.string());
+  EXPECT_NE(r.out.find("[rank 0] done: 3 steps"), std::string::npos) << r.out;
+  r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy down --cluster " + cluster.string() +
+                             " --out " + out.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("deleted"), std::string::npos) << r.out;
+}
+
+TEST(DeploySubmit, ARankThatCannotMeetItsTransportIsNamed) {
+  if (!have_tools()) GTEST_SKIP() << "kubectl (scripts/get_kube_tools.sh) or python3-yaml is missing";
+  const fs::path dir = temp_dir("gate");
+  const fs::path cluster = tiny_cluster(dir, "efa", free_port_guess() + 1);
+  KubeServer server(empty_cluster(dir), dir, true);
+  const fs::path out = dir / "out";
+  auto r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy plan --cluster " + cluster.string() +
+                                  " --out " + out.string() + " && " + server.env() + "kubectl apply --server-side -f " +
+                                  (out / "workload.yaml").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = st::testing::run_shell(submit_cmd(server, cluster, out, 120));
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("qwen-train failed:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fabric.expect_transport=efa checks NCCL's transport"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step 1/3"), std::string::npos) << "no step may run: " << r.out;
+}
+
+TEST(DeploySubmit, PendingPodsSayWhy) {
+  if (!have_tools()) GTEST_SKIP() << "kubectl (scripts/get_kube_tools.sh) or python3-yaml is missing";
+  const fs::path dir = temp_dir("pending");
+  const fs::path cluster = tiny_cluster(dir, "", free_port_guess() + 2);
+  // The second GPU node advertises no EFA: pod 1 fits nowhere.
+  KubeServer server(empty_cluster(dir, [](json& nodes) {
+                      nodes["items"][1]["status"]["allocatable"].erase("vpc.amazonaws.com/efa");
+                    }),
+                    dir, true);
+  const fs::path out = dir / "out";
+  auto r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy plan --cluster " + cluster.string() +
+                                  " --out " + out.string() + " && " + server.env() + "kubectl apply --server-side -f " +
+                                  (out / "workload.yaml").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = st::testing::run_shell(submit_cmd(server, cluster, out, 3));
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Pending (Unschedulable: 0/3 nodes are available:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 Insufficient vpc.amazonaws.com/efa"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("did not finish within 3 s"), std::string::npos) << r.out;
 }
 
 }  // namespace

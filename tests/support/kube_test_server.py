@@ -13,9 +13,27 @@ causes as the API server does; DELETE; pod logs from the fixtures (<pod>.log).
 Objects come from the JSON files in --fixtures (a List or single objects).
 Writes a kubeconfig pointing at itself when --kubeconfig is given, then prints
 "ready" on stdout.
+
+With --kubelet DIR, an applied Indexed Job gets its pods, scheduled onto the
+fixture nodes as the scheduler would (node selector, the GPU taint, one pod per
+node, requests against allocatable; a pod that fits nowhere stays Pending with the
+scheduler's message, e.g. "0/3 nodes are available: 2 Insufficient
+vpc.amazonaws.com/efa"), and each scheduled pod runs as a local process: the
+container's command with its environment, JOB_COMPLETION_INDEX and HOSTNAME as
+Kubernetes sets them, ConfigMap volumes written under DIR/<pod>/ (arguments naming
+the mount path are pointed there) and the working directory there too. The test
+cluster has no DNS, so MASTER_ADDR is set to 127.0.0.1 where the pod does not set
+it: the pods' "<job>-0.<service>" name stands for this host. Pod phases, logs and
+the Job's Complete / Failed conditions follow the processes.
 """
 import argparse
+import copy
 import http.server
+import random
+import signal
+import re
+import string
+import subprocess
 import json
 import os
 import sys
@@ -117,6 +135,168 @@ class Store:
                  "field": ".".join(str(p) for p in e.absolute_path)} for e in v.iter_errors(o)]
 
 
+def quantity(q):
+    """A Kubernetes quantity as a float: "40", "47810m", "160Gi", "192800664Ki"."""
+    q = str(q)
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "m": 1e-3}
+    for u, f in sorted(units.items(), key=lambda kv: -len(kv[0])):
+        if q.endswith(u):
+            return float(q[:-len(u)]) * f
+    return float(q)
+
+
+class Kubelet:
+    def __init__(self, store, root):
+        self.store, self.root = store, root
+        self.used = {}  # node -> {resource: amount}
+        self.procs = []  # every pod process started, stopped with the server
+
+    def requests(self, pod_spec):
+        total = {}
+        for c in pod_spec.get("containers", []):
+            r = c.get("resources", {})
+            for k, v in (r.get("requests") or r.get("limits") or {}).items():
+                total[k] = total.get(k, 0) + quantity(v)
+        return total
+
+    def schedule(self, pod):
+        """The node for the pod, or None and the scheduler's message."""
+        spec, labels = pod["spec"], pod["metadata"].get("labels", {})
+        want = self.requests(spec)
+        nodes = [o for (gv, p, _, _), o in sorted(self.store.objects.items()) if gv == "v1" and p == "nodes"]
+        reasons = {}
+        for n in nodes:
+            name, nl = n["metadata"]["name"], n["metadata"].get("labels", {})
+            why = None
+            if any(nl.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+                why = "node(s) didn't match Pod's node affinity/selector"
+            for t in (n.get("spec", {}).get("taints") or []) if why is None else []:
+                tol = any(x.get("key") == t.get("key") and x.get("operator") == "Exists" for x in spec.get("tolerations", []))
+                if not tol and t.get("effect") in ("NoSchedule", "NoExecute"):
+                    why = "node(s) had untolerated taint {%s: %s}" % (t.get("key"), t.get("value", ""))
+            if why is None:
+                for o in self.store.objects.values():
+                    if o.get("kind") == "Pod" and o["spec"].get("nodeName") == name and o["status"].get("phase") in ("Pending", "Running") \
+                            and all(o["metadata"].get("labels", {}).get(k) == v for k, v in labels.items() if k.startswith("app.kubernetes.io/")):
+                        why = "node(s) didn't match pod anti-affinity rules"
+            if why is None:
+                alloc = n.get("status", {}).get("allocatable", {})
+                for res, amount in sorted(want.items()):
+                    free = quantity(alloc.get(res, "0")) - self.used.get(name, {}).get(res, 0)
+                    if amount > free:
+                        why = "Insufficient " + res
+                        break
+            if why is None:
+                for res, amount in want.items():
+                    self.used.setdefault(name, {})[res] = self.used.get(name, {}).get(res, 0) + amount
+                return name, None
+            reasons[why] = reasons.get(why, 0) + 1
+        msg = "0/%d nodes are available: %s." % (len(nodes), ", ".join("%d %s" % (c, w) for w, c in sorted(reasons.items())))
+        return None, msg
+
+    def run_job(self, job):
+        md, spec = job["metadata"], job["spec"]
+        ns, name = md.get("namespace", "default"), md["name"]
+        tmpl = spec["template"]
+        procs = []
+        for i in range(int(spec.get("completions", 1))):
+            pod_name = "%s-%d-%s" % (name, i, "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5)))
+            labels = dict(tmpl.get("metadata", {}).get("labels", {}))
+            labels.update({"batch.kubernetes.io/job-name": name, "job-name": name,
+                           "batch.kubernetes.io/job-completion-index": str(i)})
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
+                                "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
+                                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                                     "uid": md.get("uid", ""), "controller": True}]},
+                   "spec": copy.deepcopy(tmpl["spec"]), "status": {"phase": "Pending", "qosClass": "Guaranteed"}}
+            with self.store.lock:
+                node, why = self.schedule(pod)
+                if node is None:
+                    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                                    "message": why}]
+                    self.store.put(pod)
+                    continue
+                pod["spec"]["nodeName"] = node
+                pod["status"]["phase"] = "Running"
+                pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]
+                self.store.put(pod)
+            try:
+                procs.append((pod, self.start(pod, i, name)))
+            except OSError as e:  # the container's command could not start
+                with open(os.path.join(self.root, pod_name, "log"), "a") as f:
+                    f.write("cannot start %s: %s\n" % (pod["spec"]["containers"][0].get("command"), e))
+                procs.append((pod, subprocess.Popen(["false"])))
+        for pod, proc in procs:
+            code = proc.wait()
+            with self.store.lock:
+                pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+                pod["status"]["conditions"][1]["status"] = "False"
+                pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "ready": False,
+                                                       "restartCount": 0, "image": pod["spec"]["containers"][0].get("image", ""),
+                                                       "imageID": "", "state": {"terminated": {"exitCode": code}}}]
+                self.store.put(pod)
+                self.used.pop(pod["spec"]["nodeName"], None)
+        with self.store.lock:
+            pods = [o for o in self.store.objects.values() if o.get("kind") == "Pod"
+                    and o["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") == name]
+            ok = sum(p["status"]["phase"] == "Succeeded" for p in pods)
+            bad = sum(p["status"]["phase"] == "Failed" for p in pods)
+            cond = "Complete" if ok == int(spec.get("completions", 1)) else ("Failed" if bad else None)
+            job["status"] = {"succeeded": ok, "failed": bad}
+            if cond:
+                job["status"]["conditions"] = [{"type": cond, "status": "True"}]
+            self.store.put(job)
+
+    def start(self, pod, index, job_name):
+        c = pod["spec"]["containers"][0]
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        root = os.path.join(self.root, name)
+        os.makedirs(root, exist_ok=True)
+        mounts = {}
+        for v in pod["spec"].get("volumes", []):
+            for m in c.get("volumeMounts", []):
+                if m["name"] != v["name"]:
+                    continue
+                local = os.path.join(root, m["mountPath"].lstrip("/"))
+                os.makedirs(local, exist_ok=True)
+                if "configMap" in v:
+                    cm = self.store.objects.get(("v1", "configmaps", ns, v["configMap"]["name"]), {})
+                    for k, text in (cm.get("data") or {}).items():
+                        with open(os.path.join(local, k), "w") as f:
+                            f.write(text)
+                mounts[m["mountPath"]] = local
+        def local_path(a):
+            for mp, loc in mounts.items():
+                if a == mp or a.startswith(mp + "/"):
+                    return loc + a[len(mp):]
+            return a
+        argv = [local_path(a) for a in (c.get("command", []) + c.get("args", []))]
+        env = dict(os.environ)
+        for e in c.get("env", []):
+            env[e["name"]] = e.get("value", "")
+        env["JOB_COMPLETION_INDEX"] = str(index)
+        env["HOSTNAME"] = "%s-%d" % (job_name, index)
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        cwd = local_path(c.get("workingDir", "/")) if c.get("workingDir") in mounts else root
+        log = os.path.join(root, "log")
+        self.store.logs[(ns, name)] = log
+        out = open(log, "w")
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()  # `shardtrain launch` passes it on to its ranks
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
 def matches(o, label_selector, field_selector):
     labels = o.get("metadata", {}).get("labels", {}) or {}
     for term in filter(None, (label_selector or "").split(",")):
@@ -146,6 +326,7 @@ def matches(o, label_selector, field_selector):
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     store = None
+    kubelet = None
 
     def log_message(self, *args):
         pass
@@ -245,6 +426,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with self.store.lock:
             if name and sub == "log":
                 text = self.store.logs.get((ns, name))
+                if text is not None and os.path.isfile(text):
+                    text = open(text).read()
                 if text is None:
                     return self.reply(404, status(404, "NotFound", 'pods "%s" not found' % name))
                 return self.reply(200, text, "text/plain")
@@ -283,9 +466,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if "status" in old:
                     o.setdefault("status", old["status"])
             self.store.put(o)
+        if self.kubelet and o.get("kind") == "Job" and o.get("spec", {}).get("completionMode") == "Indexed" and code == 201:
+            threading.Thread(target=self.kubelet.run_job, args=(o,), daemon=True).start()
         return self.reply(code, o)
 
     def do_DELETE(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))  # DeleteOptions
         r, _ = self.route()
         if r is None:
             return self.reply(404, status(404, "NotFound", "not found"))
@@ -303,8 +489,11 @@ def main():
     ap.add_argument("--fixtures")
     ap.add_argument("--schemas")
     ap.add_argument("--kubeconfig")
+    ap.add_argument("--kubelet", help="run Indexed Jobs' pods as processes, their files under this directory")
     a = ap.parse_args()
     Handler.store = Store(a.fixtures, a.schemas)
+    if a.kubelet:
+        Handler.kubelet = Kubelet(Handler.store, a.kubelet)
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     port = srv.server_address[1]
     if a.kubeconfig:
@@ -314,6 +503,12 @@ def main():
                     "users: [{name: test, user: {}}]\n"
                     "contexts: [{name: test, context: {cluster: test, user: test}}]\n"
                     "current-context: test\n" % port)
+    def stop(signum, frame):
+        if Handler.kubelet:
+            Handler.kubelet.stop()
+        os._exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     print("ready %d" % port, flush=True)
     srv.serve_forever()
 
