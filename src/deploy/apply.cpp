@@ -133,13 +133,16 @@ class Applier {
     }
     if (starts_with(argv, {"helm", "upgrade", "--install"}) && argv.size() > 3) {
       const std::string release = argv[3], ns = option(argv, "--namespace"), version = option(argv, "--version");
-      const ToolRun probe = run_.run({"helm", "status", release, "--namespace", ns, "-o", "json"});
+      // `helm list` names each release's chart as "<chart>-<version>" (helm 3 and 4 alike).
+      const std::string chart = fs::path(argv[4]).extension() == ".tgz" ? fs::path(argv[4]).stem().string()
+                                                                         : argv[4] + "-" + version;
+      const ToolRun probe = run_.run({"helm", "list", "--namespace", ns, "--filter", "^" + release + "$", "-o", "json"});
       if (probe.code == 0) {
         try {
-          const json st = json::parse(probe.out);
-          const std::string have = st.value("/chart/metadata/version"_json_pointer, std::string());
-          if (st.value("/info/status"_json_pointer, std::string()) == "deployed" && have == version)
-            return skipped(argv, "release " + release + " " + version + " is deployed");
+          for (const auto& rel : json::parse(probe.out))
+            if (rel.value("name", "") == release && rel.value("status", "") == "deployed" &&
+                rel.value("chart", "") == chart)
+              return skipped(argv, "release " + release + " " + version + " is deployed");
         } catch (const json::exception&) {
         }
       }

@@ -265,6 +265,7 @@ ClusterSpec load_cluster_file(const std::string& path) {
   r.integer("workload.resources.cpu", spec.pod_cpu, 1, 1024);
   r.integer("workload.resources.memory_gib", spec.pod_memory_gib, 1, 65536);
   r.integer("workload.resources.shm_gib", spec.shm_gib, 1, 4096);
+  r.string("helm.charts_dir", spec.charts_dir);
   r.string("train.config", spec.train_config);
   r.overrides("train.set", spec.train_set);
   r.string("train.expect_transport", spec.expect_transport, fabric_expect_transports());
@@ -328,6 +329,8 @@ ClusterSpec load_cluster_file(const std::string& path) {
   spec.run.fabric.transport = spec.transport;
   spec.run.fabric.socket_ifname = spec.socket_ifname;
   spec.run.fabric.expect_transport = spec.expect_transport;
+  if (!spec.charts_dir.empty() && fs::path(spec.charts_dir).is_relative())
+    spec.charts_dir = (fs::path(spec.dir) / spec.charts_dir).lexically_normal().string();
   derive_pod_resources(spec);
   return spec;
 }

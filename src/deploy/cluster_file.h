@@ -60,6 +60,9 @@ struct ClusterSpec {
   int pod_gpus = 0, pod_efa = -1, pod_cpu = 0, pod_memory_gib = 0;
   int shm_gib = 0;                            // memory-backed /dev/shm; 0 = derived
 
+  // [helm]
+  std::string charts_dir;                     // install charts from <dir>/<chart>-<version>.tgz, not their repos
+
   // [train]
   std::string train_config;                   // run config TOML ("" = the defaults), relative to dir
   ConfigOverrides train_set;                  // [train.set]: "section.key" = value

@@ -417,11 +417,21 @@ std::vector<PlanStep> plan_steps(const ClusterSpec& s, const std::string& dir) {
   steps.push_back(cap);
 
   PlanStep plugins{4, "Device plugins", {}, {}};
-  plugins.commands.push_back({"helm", "upgrade", "--install", "nvidia-device-plugin", "nvidia-device-plugin",
-                                      "--repo", "https://nvidia.github.io/k8s-device-plugin", "--version",
-                                      v.nvidia_device_plugin, "--namespace", "nvidia-device-plugin",
-                                      "--create-namespace", "--values", at("helm/nvidia-device-plugin.values.yaml"),
-                                      "--wait"});
+  // A chart from its repository, or from helm.charts_dir (an offline mirror).
+  auto chart = [&](const std::string& name, const std::string& repo, const std::string& version) {
+    std::vector<std::string> a = {"helm", "upgrade", "--install", name};
+    if (s.charts_dir.empty())
+      a.insert(a.end(), {name, "--repo", repo});
+    else
+      a.push_back((fs::path(s.charts_dir) / (name + "-" + version + ".tgz")).string());
+    a.insert(a.end(), {"--version", version});
+    return a;
+  };
+  std::vector<std::string> nv = chart("nvidia-device-plugin", "https://nvidia.github.io/k8s-device-plugin",
+                                      v.nvidia_device_plugin);
+  nv.insert(nv.end(), {"--namespace", "nvidia-device-plugin", "--create-namespace", "--values",
+                       at("helm/nvidia-device-plugin.values.yaml"), "--wait"});
+  plugins.commands.push_back(nv);
   if (s.gpu.efa) {
     plugins.commands.push_back({"kubectl", "-n", "kube-system", "rollout", "status",
                                         "daemonset/aws-efa-k8s-device-plugin-daemonset", "--timeout=300s"});
@@ -433,16 +443,18 @@ std::vector<PlanStep> plan_steps(const ClusterSpec& s, const std::string& dir) {
   steps.push_back(plugins);
 
   PlanStep op{5, "KubeRay operator", {}, {}};
-  if (s.engine == "kuberay")
-    op.commands.push_back({"helm", "upgrade", "--install", "kuberay-operator", "kuberay-operator", "--repo",
-                                   "https://ray-project.github.io/kuberay-helm/", "--version", v.kuberay_operator,
-                                   "--namespace", "kuberay-operator", "--create-namespace", "--values",
-                                   at("helm/kuberay-operator.values.yaml"), "--wait"});
-  else if (s.engine == "pytorchjob")
+  if (s.engine == "kuberay") {
+    std::vector<std::string> kr = chart("kuberay-operator", "https://ray-project.github.io/kuberay-helm/",
+                                        v.kuberay_operator);
+    kr.insert(kr.end(), {"--namespace", "kuberay-operator", "--create-namespace", "--values",
+                         at("helm/kuberay-operator.values.yaml"), "--wait"});
+    op.commands.push_back(kr);
+  } else if (s.engine == "pytorchjob") {
     op.notes.push_back("engine pytorchjob: the Kubeflow training operator (PyTorchJob v1) must already run in the "
                        "cluster");
-  else
+  } else {
     op.notes.push_back("not needed: engine \"job\" is a plain Kubernetes Indexed Job");
+  }
   steps.push_back(op);
 
   PlanStep work{6, "Workload", {{"kubectl", "apply", "--server-side", "-f", at("workload.yaml")}}, {}};

@@ -209,7 +209,7 @@ TEST(DeployVerifyCli, RealKubectlAgainstTheTestServer) {
 
 // eksctl, aws and helm as fakes on PATH: each appends its arguments to calls.log and
 // answers from the environment (FAKE_QUOTA, FAKE_OFFERED, FAKE_EXISTS).
-fs::path fake_tools(const fs::path& dir) {
+fs::path fake_tools(const fs::path& dir, bool fake_helm = true) {
   const fs::path bin = dir / "fakebin";
   fs::create_directories(bin);
   auto script = [&](const std::string& name, const std::string& body) {
@@ -235,11 +235,11 @@ fs::path fake_tools(const fs::path& dir) {
          "  'get nodegroup') echo '[{\"Name\": \"system\"}, {\"Name\": \"gpu\"}]' ;;\n"
          "  *) echo \"created\" ;;\n"
          "esac\n");
-  script("helm",
+  if (fake_helm) script("helm",
          "case \"$1\" in\n"
-         "  status) [ \"${FAKE_EXISTS:-0}\" = 1 ] || { echo 'Error: release: not found' >&2; exit 1; }; echo "
-         "'{\"name\": \"nvidia-device-plugin\", \"info\": {\"status\": \"deployed\"}, \"chart\": {\"metadata\": "
-         "{\"name\": \"nvidia-device-plugin\", \"version\": \"0.20.0\"}}}' ;;\n"
+         "  list) if [ \"${FAKE_EXISTS:-0}\" = 1 ]; then echo '[{\"name\": \"nvidia-device-plugin\", \"namespace\": "
+         "\"nvidia-device-plugin\", \"revision\": \"1\", \"status\": \"deployed\", \"chart\": "
+         "\"nvidia-device-plugin-0.20.0\", \"app_version\": \"0.20.0\"}]'; else echo '[]'; fi ;;\n"
          "  *) echo 'Release has been upgraded' ;;\n"
          "esac\n");
   return bin;
@@ -328,6 +328,49 @@ TEST(DeployApply, AMissingToolIsNamedWithHowToGetIt) {
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("tools missing from PATH"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("eksctl: install eksctl"), std::string::npos) << r.out;
+}
+
+// The real helm too: the NVIDIA device plugin's chart (from helm.charts_dir, the
+// published package) installed into the test server with --wait, its DaemonSet's pods
+// Ready on both GPU nodes for verify; the second run finds the release deployed.
+TEST(DeployApply, RealHelmInstallsTheDevicePlugin) {
+  if (!have_tools() || !fs::exists(kKubectl.parent_path() / "helm")) GTEST_SKIP() << "kubectl or helm is missing";
+  const fs::path charts = fs::path(SHARDTRAIN_SHARED_DIR) / "deploy/charts";
+  if (!fs::exists(charts)) GTEST_SKIP() << "../shared/deploy/charts is absent";
+  const fs::path dir = temp_dir("helm");
+  const fs::path bin = fake_tools(dir, /*fake_helm=*/false);
+  // The cluster as eksctl leaves it: nodes, its EFA plugin; no NVIDIA plugin yet.
+  const fs::path fx = dir / "fixtures";
+  fs::create_directories(fx);
+  fs::copy_file(kFixtures / "nodes.json", fx / "nodes.json");
+  json ds = load(kFixtures / "daemonsets.json"), pods = load(kFixtures / "pods.json");
+  json keep_ds = json::array(), keep_pods = json::array();
+  for (const auto& d : ds["items"])
+    if (d["metadata"]["name"] != "nvidia-device-plugin") keep_ds.push_back(d);
+  for (const auto& p : pods["items"])
+    if (p["metadata"]["namespace"] == "kube-system") keep_pods.push_back(p);
+  ds["items"] = keep_ds;
+  pods["items"] = keep_pods;
+  std::ofstream(fx / "daemonsets.json") << ds.dump(1);
+  std::ofstream(fx / "pods.json") << pods.dump(1);
+  std::string text = read_file(kRecipe);
+  text.replace(text.find("[train]"), 7, "[helm]\ncharts_dir = \"" + charts.string() + "\"\n\n[train]");
+  text.replace(text.find("\"../qwen2.5-1.5b.toml\""), 22, "\"" + (kRoot / "configs/qwen2.5-1.5b.toml").string() + "\"");
+  const fs::path cluster = dir / "cluster.toml";
+  std::ofstream(cluster) << text;
+  KubeServer server(fx, dir);
+  const std::string cmd = server.env() + "PATH=" + bin.string() + ":$PATH " + SHARDTRAIN_BINARY +
+                          " deploy apply --cluster " + cluster.string() + " --out " + (dir / "out").string();
+  auto r = st::testing::run_shell(cmd);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("nvidia-device-plugin-0.20.0.tgz --version 0.20.0"), std::string::npos) << r.out;
+  EXPECT_NE(read_file(dir / "out/deploy.log").find("STATUS: deployed"), std::string::npos);
+  r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy verify --cluster " + cluster.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("nvidia device plugin pod Ready     ok"), std::string::npos) << r.out;
+  r = st::testing::run_shell(cmd);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("skipped: release nvidia-device-plugin 0.20.0 is deployed"), std::string::npos) << r.out;
 }
 
 // ---- submit: a two-pod tiny job on the test server's kubelet ---------------------------------

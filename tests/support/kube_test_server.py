@@ -4,12 +4,18 @@ for the real kubectl (and later helm) to work against it on loopback.
 
   kube_test_server.py --port P --fixtures DIR [--schemas DIR] [--kubeconfig OUT]
 
-Speaks: legacy discovery (/api, /apis, /api/v1, /apis/<group>/<version>, /version);
-GET of collections (cluster-wide and per namespace, with labelSelector and
-fieldSelector=spec.nodeName=X) and of single objects; server-side apply (PATCH with
-application/apply-patch+yaml), whose bodies are validated against the published
-JSON Schemas (--schemas: ../shared/deploy/schemas) strictly, answering 422 with
-causes as the API server does; DELETE; pod logs from the fixtures (<pod>.log).
+Speaks: legacy discovery (/api, /apis, /api/v1, /apis/<group>/<version>, /version)
+and OpenAPI v3 as far as kubectl reads it (each kind's PATCH with its fieldValidation
+parameter); GET of collections (cluster-wide and per namespace, with labelSelector
+and fieldSelector=spec.nodeName=X), of single objects, and watches (initial events,
+bookmarks, then changes); server-side apply (PATCH with application/apply-patch+yaml),
+create (POST) and replace (PUT), in JSON, YAML or, for the Secrets Helm keeps its
+releases in, Kubernetes protobuf; bodies validated against the published JSON
+Schemas (--schemas: ../shared/deploy/schemas) strictly, answering 422 with causes as
+the API server does; metadata.generation as the API server keeps it; DELETE; pod
+logs. A DaemonSet gets the status its controller would report and a Ready pod on
+each node it selects and tolerates (so `helm --wait`, `kubectl rollout status` and
+`deploy verify` see it running).
 Objects come from the JSON files in --fixtures (a List or single objects).
 Writes a kubeconfig pointing at itself when --kubeconfig is given, then prints
 "ready" on stdout.
@@ -38,6 +44,7 @@ import json
 import os
 import sys
 import threading
+import time
 import urllib.parse
 import uuid
 
@@ -53,10 +60,12 @@ except ImportError:  # pragma: no cover
 # group/version -> [(plural, kind, namespaced)]
 RESOURCES = {
     "v1": [("nodes", "Node", False), ("namespaces", "Namespace", False), ("pods", "Pod", True),
-           ("services", "Service", True), ("configmaps", "ConfigMap", True),
+           ("services", "Service", True), ("configmaps", "ConfigMap", True), ("secrets", "Secret", True),
            ("serviceaccounts", "ServiceAccount", True), ("events", "Event", True)],
     "apps/v1": [("daemonsets", "DaemonSet", True), ("deployments", "Deployment", True)],
     "batch/v1": [("jobs", "Job", True)],
+    "rbac.authorization.k8s.io/v1": [("clusterroles", "ClusterRole", False), ("clusterrolebindings", "ClusterRoleBinding", False),
+                                     ("roles", "Role", True), ("rolebindings", "RoleBinding", True)],
     "ray.io/v1": [("rayclusters", "RayCluster", True), ("rayjobs", "RayJob", True)],
     "kubeflow.org/v1": [("pytorchjobs", "PyTorchJob", True)],
 }
@@ -104,17 +113,58 @@ class Store:
                     ns, pod = f[:-4].split(".", 1)
                     self.logs[(ns, pod)] = open(path).read()
 
-    def put(self, o):
+    def put(self, o, old=None):
         gv, kind = o["apiVersion"], o["kind"]
         plural = PLURAL_OF[(gv, kind)]
         md = o.setdefault("metadata", {})
         md.setdefault("uid", str(uuid.uuid4()))
         md.setdefault("creationTimestamp", "2026-12-03T00:00:00Z")
+        if "spec" in o:  # as the API server: a new spec is a new generation
+            before = (old or {}).get("metadata", {}).get("generation", 0)
+            md["generation"] = before + (0 if old and old.get("spec") == o["spec"] else 1) if old else md.get("generation", 1)
+        if kind == "DaemonSet":
+            self.daemonset_controller(o)
         self.rv += 1
         md["resourceVersion"] = str(self.rv)
         ns = md.get("namespace", "") if KIND_OF[(gv, plural)][1] else ""
         self.objects[(gv, plural, ns, md["name"])] = o
         return o
+
+    def daemonset_controller(self, ds):
+        """Status as the DaemonSet controller would report it once its pods run: one
+        per node it selects and tolerates."""
+        spec = ds.get("spec", {}).get("template", {}).get("spec", {})
+        n = 0
+        for (gv, p, _, _), node in list(self.objects.items()):
+            if gv != "v1" or p != "nodes":
+                continue
+            labels = node["metadata"].get("labels", {})
+            if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+                continue
+            untolerated = [t for t in (node.get("spec", {}).get("taints") or []) if t.get("effect") == "NoSchedule"
+                           and not any(x.get("operator") == "Exists" and x.get("key") in (None, "", t.get("key"))
+                                       for x in spec.get("tolerations", []))]
+            if untolerated:
+                continue
+            n += 1
+            owned = [o for o in list(self.objects.values()) if o.get("kind") == "Pod"
+                     and o["spec"].get("nodeName") == node["metadata"]["name"]
+                     and any(r.get("name") == ds["metadata"]["name"] for r in o["metadata"].get("ownerReferences", []))]
+            if not owned:  # the controller's pod on this node, running
+                suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5))
+                self.put({"apiVersion": "v1", "kind": "Pod",
+                          "metadata": {"name": ds["metadata"]["name"] + "-" + suffix,
+                                       "namespace": ds["metadata"].get("namespace", "default"),
+                                       "labels": dict(ds.get("spec", {}).get("template", {}).get("metadata", {}).get("labels", {})),
+                                       "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                                            "name": ds["metadata"]["name"], "uid": ds["metadata"].get("uid", ""),
+                                                            "controller": True}]},
+                          "spec": {"nodeName": node["metadata"]["name"], "containers": copy.deepcopy(spec.get("containers", []))},
+                          "status": {"phase": "Running", "qosClass": "BestEffort",
+                                     "conditions": [{"type": "Ready", "status": "True"}]}})
+        ds["status"] = {"currentNumberScheduled": n, "desiredNumberScheduled": n, "numberAvailable": n,
+                        "numberReady": n, "updatedNumberScheduled": n, "numberMisscheduled": 0,
+                        "observedGeneration": ds["metadata"].get("generation", 1)}
 
     def validate(self, o):
         if not self.schemas_dir or jsonschema is None:
@@ -133,6 +183,102 @@ class Store:
             return []
         return [{"reason": "FieldValueInvalid", "message": e.message,
                  "field": ".".join(str(p) for p in e.absolute_path)} for e in v.iter_errors(o)]
+
+
+# ---- Kubernetes protobuf, as much as clients send here: Helm stores its releases in
+# Secrets and client-go writes built-in kinds as protobuf ("k8s\\0" + runtime.Unknown).
+
+def _varint(b, i):
+    v = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        shift += 7
+        if c < 0x80:
+            return v, i
+
+
+def _fields(b):
+    """(field number, wire type, value) of a protobuf message; value is bytes for
+    length-delimited fields, an int for varints."""
+    i = 0
+    while i < len(b):
+        key, i = _varint(b, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _varint(b, i)
+        elif wt == 2:
+            n, i = _varint(b, i)
+            v, i = b[i:i + n], i + n
+        elif wt == 1:
+            v, i = b[i:i + 8], i + 8
+        elif wt == 5:
+            v, i = b[i:i + 4], i + 4
+        else:
+            raise ValueError("protobuf wire type %d" % wt)
+        yield num, wt, v
+
+
+def _map_entry(b):
+    k = v = b""
+    for num, _, val in _fields(b):
+        if num == 1:
+            k = val
+        elif num == 2:
+            v = val
+    return k, v
+
+
+def _object_meta(b):
+    # k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta: name 1, generateName 2,
+    # namespace 3, resourceVersion 6, labels 11, annotations 12.
+    md = {}
+    for num, _, v in _fields(b):
+        if num == 1:
+            md["name"] = v.decode()
+        elif num == 2:
+            md["generateName"] = v.decode()
+        elif num == 3:
+            md["namespace"] = v.decode()
+        elif num == 6:
+            md["resourceVersion"] = v.decode()
+        elif num in (11, 12):
+            k, val = _map_entry(v)
+            md.setdefault("labels" if num == 11 else "annotations", {})[k.decode()] = val.decode()
+    return md
+
+
+def decode_protobuf(body):
+    """A Secret or ConfigMap (the kinds Helm's storage writes) from Kubernetes
+    protobuf, as the JSON object the API server would store."""
+    import base64
+    if not body.startswith(b"k8s\x00"):
+        raise ValueError("not a Kubernetes protobuf envelope")
+    api_version = kind = ""
+    raw = b""
+    for num, _, v in _fields(body[4:]):  # runtime.Unknown: typeMeta 1, raw 2
+        if num == 1:
+            for n2, _, v2 in _fields(v):
+                if n2 == 1:
+                    api_version = v2.decode()
+                elif n2 == 2:
+                    kind = v2.decode()
+        elif num == 2:
+            raw = v
+    o = {"apiVersion": api_version, "kind": kind, "metadata": {}}
+    for num, _, v in _fields(raw):
+        if num == 1:
+            o["metadata"] = _object_meta(v)
+        elif num == 2:  # data: map<string, bytes> (Secret), map<string, string> (ConfigMap)
+            k, val = _map_entry(v)
+            o.setdefault("data", {})[k.decode()] = (base64.b64encode(val).decode() if kind == "Secret"
+                                                    else val.decode())
+        elif num == 3 and kind == "Secret":
+            o["type"] = v.decode()
+        elif num == 5 and kind == "Secret":
+            o["immutable"] = bool(v)
+    return o
 
 
 def quantity(q):
@@ -414,6 +560,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return None
 
     def do_GET(self):
+        self.log_request_line()
         path = urllib.parse.urlparse(self.path).path.rstrip("/")
         d = self.discovery(path)
         if d is not None:
@@ -439,10 +586,103 @@ class Handler(http.server.BaseHTTPRequestHandler):
             items = [o for (g, p, n, _), o in sorted(self.store.objects.items())
                      if g == gv and p == plural and (not ns or n == ns)
                      and matches(o, q.get("labelSelector"), q.get("fieldSelector"))]
-            return self.reply(200, {"kind": kind + "List", "apiVersion": gv,
-                                    "metadata": {"resourceVersion": str(self.store.rv)}, "items": items})
+            if q.get("watch") not in ("true", "1"):
+                return self.reply(200, {"kind": kind + "List", "apiVersion": gv,
+                                        "metadata": {"resourceVersion": str(self.store.rv)}, "items": items})
+        return self.watch(gv, plural, ns, q, items)
+
+    def watch(self, gv, plural, ns, q, initial):
+        """A watch: the objects as ADDED events (when asked for initial events or from
+        resource version 0), then MODIFIED / ADDED / DELETED as they change, until
+        timeoutSeconds (at most 60 s) or the client goes."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def send(event):
+            data = (json.dumps(event) + "\n").encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        seen = {}
+        since = int(q.get("resourceVersion") or 0)
+        initial_events = q.get("sendInitialEvents") == "true" or since == 0
+        for o in initial:
+            seen[o["metadata"]["name"]] = o["metadata"]["resourceVersion"]
+        try:
+            for o in initial:
+                if initial_events or int(o["metadata"]["resourceVersion"]) > since:
+                    send({"type": "ADDED", "object": o})
+            if q.get("sendInitialEvents") == "true":
+                send({"type": "BOOKMARK", "object": {"kind": initial[0]["kind"] if initial else "Status",
+                                                     "apiVersion": gv, "metadata": {
+                                                         "resourceVersion": str(self.store.rv),
+                                                         "annotations": {"k8s.io/initial-events-end": "true"}}}})
+            deadline = time.time() + min(float(q.get("timeoutSeconds", 60)), 60)
+            while time.time() < deadline:
+                time.sleep(0.2)
+                with self.store.lock:
+                    now = {n: o for (g, p, nsx, n), o in self.store.objects.items()
+                           if g == gv and p == plural and (not ns or nsx == ns)
+                           and matches(o, q.get("labelSelector"), q.get("fieldSelector"))}
+                for n, o in now.items():
+                    if seen.get(n) != o["metadata"]["resourceVersion"]:
+                        send({"type": "MODIFIED" if n in seen else "ADDED", "object": o})
+                        seen[n] = o["metadata"]["resourceVersion"]
+                for n in [n for n in seen if n not in now]:
+                    send({"type": "DELETED", "object": {"kind": "Status", "metadata": {"name": n}}})
+                    del seen[n]
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
+
+    def body_object(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        ctype = self.headers.get("Content-Type", "").split(";")[0]
+        if ctype == "application/vnd.kubernetes.protobuf":
+            return decode_protobuf(body)
+        return json.loads(body) if ctype == "application/json" or not yaml else yaml.safe_load(body.decode())
+
+    def do_POST(self):  # create
+        self.log_request_line()
+        o = self.body_object()
+        r, q = self.route()
+        if r is None or (r[0], r[1]) not in KIND_OF:
+            return self.reply(404, status(404, "NotFound", "the server could not find the requested resource"))
+        gv, plural, ns, _, _ = r
+        name = o.get("metadata", {}).get("name", "")
+        causes = self.store.validate(o)
+        if causes:
+            return self.reply(422, status(422, "Invalid", '%s "%s" is invalid' % (o.get("kind"), name), causes, name,
+                                          o.get("kind")))
+        if ns:
+            o["metadata"]["namespace"] = ns
+        with self.store.lock:
+            if (gv, plural, ns, name) in self.store.objects:
+                return self.reply(409, status(409, "AlreadyExists", '%s "%s" already exists' % (plural, name)))
+            if q.get("dryRun") != "All":
+                self.store.put(o)
+        return self.reply(201, o)
+
+    def do_PUT(self):  # replace
+        self.log_request_line()
+        o = self.body_object()
+        r, _ = self.route()
+        if r is None or (r[0], r[1]) not in KIND_OF:
+            return self.reply(404, status(404, "NotFound", "the server could not find the requested resource"))
+        gv, plural, ns, name, _ = r
+        with self.store.lock:
+            if (gv, plural, ns, name) not in self.store.objects:
+                return self.reply(404, status(404, "NotFound", '%s "%s" not found' % (plural, name)))
+            if ns:
+                o["metadata"]["namespace"] = ns
+            self.store.put(o)
+        return self.reply(200, o)
 
     def do_PATCH(self):
+        self.log_request_line()
         r, q = self.route()
         body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
         if r is None or (r[0], r[1]) not in KIND_OF:
@@ -465,10 +705,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 o["metadata"]["uid"] = old["metadata"]["uid"]
                 if "status" in old:
                     o.setdefault("status", old["status"])
-            self.store.put(o)
+            self.store.put(o, old)
         if self.kubelet and o.get("kind") == "Job" and o.get("spec", {}).get("completionMode") == "Indexed" and code == 201:
             threading.Thread(target=self.kubelet.run_job, args=(o,), daemon=True).start()
         return self.reply(code, o)
+
+    def log_request_line(self):
+        if os.environ.get("KUBE_TEST_SERVER_TRACE"):
+            sys.stderr.write("%s %s %s\n" % (self.command, self.path, self.headers.get("Content-Type", "")))
 
     def do_DELETE(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))  # DeleteOptions
