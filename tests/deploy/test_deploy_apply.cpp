@@ -17,6 +17,7 @@
 
 #include "deploy/cluster_file.h"
 #include "deploy/verify.h"
+#include "support/fork_ranks.h"
 #include "support/shell.h"
 
 namespace st {
@@ -416,7 +417,6 @@ fs::path empty_cluster(const fs::path& dir, const std::function<void(json&)>& ed
   return fx;
 }
 
-int free_port_guess() { return 21000 + static_cast<int>(::getpid() % 4000); }
 
 std::string submit_cmd(const KubeServer& server, const fs::path& cluster, const fs::path& out, int timeout_s) {
   return server.env() + "SHARDTRAIN_DEPLOY_POLL_S=0.3 " + SHARDTRAIN_BINARY + " deploy submit --cluster " +
@@ -426,7 +426,7 @@ std::string submit_cmd(const KubeServer& server, const fs::path& cluster, const 
 TEST(DeploySubmit, TwoPodTinyJobRunsToCompletion) {
   if (!have_tools()) GTEST_SKIP() << "kubectl (scripts/get_kube_tools.sh) or python3-yaml is missing";
   const fs::path dir = temp_dir("submit");
-  const fs::path cluster = tiny_cluster(dir, "", free_port_guess());
+  const fs::path cluster = tiny_cluster(dir, "", test::free_port());
   KubeServer server(empty_cluster(dir), dir, true);
   const fs::path out = dir / "out";
   // Steps 6 and 8: the workload (its ConfigMap holds the run config), then the job.
@@ -453,7 +453,7 @@ TEST(DeploySubmit, TwoPodTinyJobRunsToCompletion) {
 TEST(DeploySubmit, ARankThatCannotMeetItsTransportIsNamed) {
   if (!have_tools()) GTEST_SKIP() << "kubectl (scripts/get_kube_tools.sh) or python3-yaml is missing";
   const fs::path dir = temp_dir("gate");
-  const fs::path cluster = tiny_cluster(dir, "efa", free_port_guess() + 1);
+  const fs::path cluster = tiny_cluster(dir, "efa", test::free_port());
   KubeServer server(empty_cluster(dir), dir, true);
   const fs::path out = dir / "out";
   auto r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy plan --cluster " + cluster.string() +
@@ -470,7 +470,7 @@ TEST(DeploySubmit, ARankThatCannotMeetItsTransportIsNamed) {
 TEST(DeploySubmit, PendingPodsSayWhy) {
   if (!have_tools()) GTEST_SKIP() << "kubectl (scripts/get_kube_tools.sh) or python3-yaml is missing";
   const fs::path dir = temp_dir("pending");
-  const fs::path cluster = tiny_cluster(dir, "", free_port_guess() + 2);
+  const fs::path cluster = tiny_cluster(dir, "", test::free_port());
   // The second GPU node advertises no EFA: pod 1 fits nowhere.
   KubeServer server(empty_cluster(dir, [](json& nodes) {
                       nodes["items"][1]["status"]["allocatable"].erase("vpc.amazonaws.com/efa");
