@@ -252,13 +252,14 @@ Command add_deploy_command(CLI::App& root) {
   auto job_spec = [job](std::string* out) {
     ClusterSpec spec = load_cluster_file(job->cluster);
     *out = !job->out.empty() ? job->out : (fs::path(spec.dir) / spec.name).lexically_normal().string();
+    // The files the commands name, as the cluster file says now (the same bytes as plan's).
+    for (const Artifact& art : render_artifacts(spec)) write_file(*out, art.file, art.text);
     return spec;
   };
   return {app, [=] {
             std::string out;
             if (sp->parsed()) {
               const ClusterSpec spec = job_spec(&out);
-              for (const Artifact& art : render_artifacts(spec)) write_file(out, art.file, art.text);
               SubmitOptions so;
               so.out_dir = out;
               so.timeout_s = job->timeout_s;

@@ -374,6 +374,25 @@ TEST(DeployApply, RealHelmInstallsTheDevicePlugin) {
   EXPECT_NE(r.out.find("skipped: release nvidia-device-plugin 0.20.0 is deployed"), std::string::npos) << r.out;
 }
 
+TEST(DeployDestroy, AsksFirstUnlessYes) {
+  const fs::path dir = temp_dir("destroy");
+  const fs::path bin = fake_tools(dir);
+  const std::string cmd = "PATH=" + bin.string() + ":$PATH " + SHARDTRAIN_BINARY + " deploy destroy --cluster " +
+                          kRecipe.string() + " --out " + (dir / "out").string();
+  auto r = st::testing::run_shell("echo no | " + cmd);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("not deleted"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "calls.log"));
+  r = st::testing::run_shell("echo shardtrain-g6 | " + cmd);
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = st::testing::run_shell(cmd + " --yes");
+  EXPECT_EQ(r.code, 0) << r.out;
+  const std::string calls = read_file(dir / "calls.log");
+  EXPECT_NE(calls.find("eksctl delete cluster -f " + (dir / "out/eksctl-cluster.yaml").string() + " --wait"),
+            std::string::npos) << calls;
+  EXPECT_NE(calls.find("aws ec2 delete-placement-group --group-name shardtrain-g6-gpu"), std::string::npos) << calls;
+}
+
 // ---- submit: a two-pod tiny job on the test server's kubelet ---------------------------------
 
 // The recipe turned into a CPU test job: the tiny model, a few steps, 4 ranks per pod
