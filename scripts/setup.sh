@@ -16,6 +16,7 @@ packages=(
   libgtest-dev           # tests
   libgloo-dev            # CPU collectives over TCP (multi-rank runs without GPUs)
   libyaml-cpp-dev        # Kubernetes manifests (deploy)
+  libxxhash-dev          # checkpoint file hashes (XXH3-128)
 )
 tests=${SHARDTRAIN_TESTS:-ON}
 if [ "$tests" = ON ]; then

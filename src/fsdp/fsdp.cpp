@@ -83,6 +83,19 @@ std::vector<float> Fsdp::download_shard(int u, ShardState which) {
   return v;
 }
 
+void Fsdp::upload_shard(int u, ShardState which, const std::vector<float>& values) {
+  ST_CHECK(values.size() == plan_.shard_numel(u), "unit '", layout_.unit(u).name, "': a shard of ",
+           plan_.shard_numel(u), " values expected, got ", values.size());
+  UnitState& s = units_.at(u);
+  if (which == ShardState::Grad) sync_grads();
+  if (which == ShardState::Master && s.refs == 0) drop_full(s);
+  Tensor& t = which == ShardState::Master ? s.master
+              : which == ShardState::Grad ? s.grad
+              : which == ShardState::AdamM ? s.m
+                                           : s.v;
+  be_.upload(t, values.data());
+}
+
 void Fsdp::zero_grads() {
   sync_grads();
   for (auto& s : units_) {

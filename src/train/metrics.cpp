@@ -35,9 +35,9 @@ std::string format_step_line(const StepMetrics& m) {
   return line + " | elapsed " + format_duration(m.elapsed_s);
 }
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
   if (path.empty()) return;
-  out_.open(path, std::ios::trunc);
+  out_.open(path, append ? std::ios::app : std::ios::trunc);
   ST_CHECK(out_, "cannot open metrics file '", path, "' for writing");
 }
 

@@ -26,8 +26,9 @@ std::string format_step_line(const StepMetrics& m);
 
 class MetricsLog {
  public:
-  // Opens (truncates) path; an empty path writes nothing.
-  explicit MetricsLog(const std::string& path);
+  // Opens path, truncated or (append, a resumed run) appended to; an empty path
+  // writes nothing.
+  explicit MetricsLog(const std::string& path, bool append = false);
   void write(const nlohmann::json& record);  // one line, flushed
   void write_step(const StepMetrics& m);
 

@@ -157,6 +157,15 @@ const std::vector<Key>& schema() {
         {"run.export_dir", field<&RunConfig::run, &RunOptions::export_dir>(),
          "after training, write the model here in Hugging Face format (config.json + model.safetensors)"},
         {"run.export_dtype", field<&RunConfig::run, &RunOptions::export_dtype>(), "dtype of exported weights", {}, export_dtypes()},
+        {"run.checkpoint_every", field<&RunConfig::run, &RunOptions::checkpoint_every>(),
+         "save a sharded checkpoint every N steps and after the last; 0 = never", at_least(0)},
+        {"run.checkpoint_dir", field<&RunConfig::run, &RunOptions::checkpoint_dir>(),
+         "where checkpoints go (step-N directories and `latest`); empty = <run.out_dir>/checkpoints"},
+        {"run.keep_last", field<&RunConfig::run, &RunOptions::keep_last>(),
+         "complete checkpoints to keep (older ones are deleted); 0 keeps all", at_least(0)},
+        {"run.resume", field<&RunConfig::run, &RunOptions::resume>(),
+         "auto: continue from the newest complete checkpoint in run.checkpoint_dir if there is one; none: start "
+         "afresh; or a step-N checkpoint directory (at any world size)"},
     };
   }();
   return keys;

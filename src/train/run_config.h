@@ -34,6 +34,10 @@ struct RunOptions {                // [run]
   std::string progress = "auto";   // one of progress_modes()
   std::string export_dir;          // write the trained model here (HF format); "" = no export
   std::string export_dtype = "bf16";  // one of export_dtypes()
+  int checkpoint_every = 0;        // save every N steps (and at the end); 0 = never
+  std::string checkpoint_dir;      // "" = <out_dir>/checkpoints
+  int keep_last = 2;               // complete checkpoints kept (0 = all)
+  std::string resume = "auto";     // auto (the newest checkpoint, else a fresh start) | none | a step-N directory
 };
 
 // Every section, each a struct owned by the component that reads it; the trainer

@@ -9,6 +9,8 @@
 #include "core/log.h"
 #include "fabric/report.h"
 #include "io/hf_checkpoint.h"
+#include "io/checkpoint.h"
+#include "train/checkpointing.h"
 #include "train/flops.h"
 
 namespace st {
@@ -201,17 +203,22 @@ TrainResult Trainer::run(bool verbose) {
            " checks NCCL's transport, but this run has no NCCL communicator (",
            be_.device() == Device::CPU ? "the CPU backend uses Gloo" : "a world of 1 not started by a launcher",
            "); drop it, or run on GPUs under `shardtrain launch`");
+  // Where to continue from: rank 0 decides, every rank loads (collectively).
+  const int start = resume();
   std::unique_ptr<MetricsLog> metrics;
   if (rank0 && !cfg_.run.out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(cfg_.run.out_dir, ec);
     ST_CHECK(!ec, "run.out_dir: cannot create '", cfg_.run.out_dir, "': ", ec.message());
     std::ofstream(cfg_.run.out_dir + "/config.toml") << run_config_toml(cfg_);
-    metrics = std::make_unique<MetricsLog>(cfg_.run.out_dir + "/metrics.jsonl");
+    metrics = std::make_unique<MetricsLog>(cfg_.run.out_dir + "/metrics.jsonl", /*append=*/start > 0);
   }
   // Refuse an export target that would fail only after the whole run.
   if (rank0 && !cfg_.run.export_dir.empty()) check_export_dir(cfg_.run.export_dir, false);
   if (out) print_header();
+  if (out && start > 0)
+    log_info("resumed: " + resumed_from_ + " (step " + std::to_string(start) + " of " +
+             std::to_string(cfg_.train.steps) + " done)");
   // The transport report goes in before the first step, and a run on the wrong
   // fabric stops here, on every rank, before any step has run.
   if (metrics && fabric_) metrics->write(nlohmann::json{{"transport_report", to_json(*fabric_)}});
@@ -221,23 +228,46 @@ TrainResult Trainer::run(bool verbose) {
   TrainResult r;
   t_start_ = now_seconds();
   double timed_tokens = 0, timed_s = 0;
-  for (int s = 0; s < cfg_.train.steps; ++s) {
+  const int first = start;
+  for (int s = start; s < cfg_.train.steps; ++s) {
     const StepMetrics m = step(s);
     r.losses.push_back(m.loss);
     r.grad_norms.push_back(m.grad_norm);
-    if (s > 0) timed_tokens += m.tokens_per_s * m.step_s, timed_s += m.step_s;  // step 1 warms up
+    if (s > first) timed_tokens += m.tokens_per_s * m.step_s, timed_s += m.step_s;  // the first step warms up
     if (metrics) metrics->write_step(m);
-    const size_t step1_peak = s == 0 ? be_.peak_allocated_bytes() : 0;
-    if (s == 0) be_.reset_peak_allocated();  // the first step's transient set-up is not the steady state
+    const size_t step1_peak = s == first ? be_.peak_allocated_bytes() : 0;
+    if (s == first) be_.reset_peak_allocated();  // the first step's transient set-up is not the steady state
+    const int every = cfg_.run.checkpoint_every;
+    if (every > 0 && !checkpoint_dir().empty() && (m.step % every == 0 || m.step == cfg_.train.steps)) {
+      CheckpointSave w;
+      w.dir = checkpoint_dir();
+      w.step = m.step;
+      w.tokens_seen = static_cast<uint64_t>(tokens_seen_);
+      w.seed = cfg_.train.seed;
+      w.run_config = run_config_toml(cfg_);
+      w.keep_last = cfg_.run.keep_last;
+      const double t0 = now_seconds();
+      const std::string saved = save_checkpoint(w, cfg_.model, *fsdp_, comm_, shard_, replicate_);
+      if (out) {
+        bar.clear();
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " (%.2f s)", now_seconds() - t0);
+        log_info("checkpoint: " + saved + buf);
+      }
+    }
     if (!out) continue;
-    if (s == 0 || m.step % cfg_.train.log_every == 0 || m.step == cfg_.train.steps) {
+    if (s == first || m.step % cfg_.train.log_every == 0 || m.step == cfg_.train.steps) {
       bar.clear();
       log_info(format_step_line(m));
     }
-    if (s == 0) log_info(memory_check_line(step1_peak));
+    if (s == first) log_info(memory_check_line(step1_peak));
     bar.update(m);
   }
   bar.clear();
+  if (r.losses.empty()) {  // resumed from the last step: nothing left to do
+    if (out) log_info("done: all " + std::to_string(cfg_.train.steps) + " steps were done already (" + resumed_from_ + ")");
+    return r;
+  }
   r.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0;
   r.tflops_per_rank = r.tokens_per_s * flops_per_token_ / comm_.world() / 1e12;
   r.mfu = peak_tflops_ > 0 ? r.tflops_per_rank / peak_tflops_ : 0;
@@ -281,6 +311,42 @@ TrainResult Trainer::run(bool verbose) {
     if (out) log_info("exported: " + cfg_.run.export_dir + " (config.json + safetensors, " + cfg_.run.export_dtype + ")");
   }
   return r;
+}
+
+std::string Trainer::checkpoint_dir() const {
+  if (!cfg_.run.checkpoint_dir.empty()) return cfg_.run.checkpoint_dir;
+  return cfg_.run.out_dir.empty() ? std::string() : cfg_.run.out_dir + "/checkpoints";
+}
+
+int Trainer::resume() {
+  const std::string& how = cfg_.run.resume;
+  if (how == "none") return 0;
+  std::string path;
+  if (how == "auto") {
+    // Rank 0 picks; the others take the same step (they may not see the same files yet).
+    int step = 0;
+    std::string error;
+    if (comm_.rank() == 0 && !checkpoint_dir().empty()) {
+      try {
+        if (auto latest = find_latest_checkpoint(checkpoint_dir())) step = read_checkpoint(*latest, false).step + 1;
+      } catch (const Error& e) {
+        error = e.what();
+        step = -1;
+      }
+    }
+    step = static_cast<int>(comm_.all_reduce_sum(comm_.rank() == 0 ? step : 0));
+    if (step < 0) fail(error.empty() ? "run.resume=auto: rank 0 could not read the newest checkpoint" : error);
+    if (step == 0) return 0;
+    path = checkpoint_step_dir(checkpoint_dir(), step - 1);
+  } else {
+    path = how;
+  }
+  const CheckpointManifest m = load_checkpoint(path, cfg_.model, *fsdp_, comm_, shard_);
+  ST_CHECK(m.step <= cfg_.train.steps, "run.resume: ", path, " is at step ", m.step, ", past train.steps = ",
+           cfg_.train.steps);
+  tokens_seen_ = static_cast<int64_t>(m.tokens_seen);
+  resumed_from_ = path;
+  return m.step;
 }
 
 void Trainer::export_model(const std::string& dir, DType dtype) {

@@ -50,9 +50,14 @@ class Trainer {
   void export_model(const std::string& dir, DType dtype);
 
   Fsdp& params() { return *fsdp_; }
+  // Where checkpoints go ("" when the run writes nothing).
+  std::string checkpoint_dir() const;
   const ParamLayout& layout() const { return *layout_; }
 
  private:
+  // Loads the checkpoint run.resume names (collective); returns the steps already done.
+  int resume();
+
   RunConfig cfg_;
   Backend& be_;
   Comm& comm_;   // the whole world: data positions, loss and token counts
@@ -69,6 +74,7 @@ class Trainer {
   int64_t tokens_seen_ = 0;
   double flops_per_token_ = 0, peak_tflops_ = 0;
   double t_start_ = 0;
+  std::string resumed_from_;
 };
 
 }  // namespace st

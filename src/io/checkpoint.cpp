@@ -1,0 +1,202 @@
+#include "io/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <xxhash.h>
+
+#include "core/error.h"
+
+namespace st {
+namespace {
+
+namespace fs = std::filesystem;
+
+void fsync_path(const std::string& path, bool dir) {
+  const int fd = ::open(path.c_str(), dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) fail(path, ": cannot open to fsync: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) fail(path, ": fsync failed: ", std::strerror(err));
+}
+
+// Writes `text` to path through path.tmp + fsync + rename.
+void write_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail(tmp, ": cannot write: ", std::strerror(errno));
+    out << text;
+    out.flush();
+    if (!out) fail(tmp, ": write failed (disk full?)");
+  }
+  fsync_path(tmp, false);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(path, ": cannot rename ", tmp, " into place: ", std::strerror(errno));
+}
+
+int step_of(const std::string& name) {
+  if (name.rfind("step-", 0) != 0) return -1;
+  const std::string n = name.substr(5);
+  if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::atoi(n.c_str());
+}
+
+}  // namespace
+
+nlohmann::json CheckpointManifest::to_json() const {
+  nlohmann::json units_j = nlohmann::json::array(), files_j = nlohmann::json::array();
+  for (const CheckpointUnit& u : units)
+    units_j.push_back({{"name", u.name}, {"numel", u.numel}, {"padded_numel", u.padded_numel},
+                       {"shard_numel", u.shard_numel}});
+  for (const CheckpointFile& f : files) files_j.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3_128", f.xxh3}});
+  return {{"format", "shardtrain-checkpoint"},
+          {"version", 1},
+          {"step", step},
+          {"shard_world", shard_world},
+          {"replicas", replicas},
+          {"units", units_j},
+          {"model", model},
+          {"seed", seed},
+          {"tokens_seen", tokens_seen},
+          {"files", files_j},
+          {"run_config", run_config}};
+}
+
+CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const std::string& where) {
+  try {
+    if (j.value("format", "") != "shardtrain-checkpoint")
+      fail(where, ": not a shardtrain checkpoint manifest (format '", j.value("format", ""), "')");
+    if (j.value("version", 0) != 1) fail(where, ": manifest version ", j.value("version", 0), " (this build reads 1)");
+    CheckpointManifest m;
+    m.step = j.at("step").get<int>();
+    m.shard_world = j.at("shard_world").get<int>();
+    m.replicas = j.at("replicas").get<int>();
+    for (const auto& u : j.at("units"))
+      m.units.push_back({u.at("name").get<std::string>(), u.at("numel").get<uint64_t>(),
+                         u.at("padded_numel").get<uint64_t>(), u.at("shard_numel").get<uint64_t>()});
+    m.model = j.at("model");
+    m.seed = j.at("seed").get<uint64_t>();
+    m.tokens_seen = j.at("tokens_seen").get<uint64_t>();
+    for (const auto& f : j.at("files"))
+      m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(),
+                         f.at("xxh3_128").get<std::string>()});
+    m.run_config = j.value("run_config", "");
+    if (m.step < 0 || m.shard_world < 1 || m.replicas < 1) fail(where, ": step, shard_world or replicas out of range");
+    return m;
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, ": malformed manifest: ", e.what());
+  }
+}
+
+std::string checkpoint_shard_file(int shard_rank, int shard_world) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "shard-%05d-of-%05d.safetensors", shard_rank, shard_world);
+  return buf;
+}
+
+std::string checkpoint_step_dir(const std::string& dir, int step) {
+  return (fs::path(dir) / ("step-" + std::to_string(step))).string();
+}
+
+std::string file_xxh3(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail(path, ": cannot read: ", std::strerror(errno));
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  std::vector<char> buf(8 << 20);
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) XXH3_128bits_update(state, buf.data(), n);
+  const bool bad = std::ferror(f);
+  std::fclose(f);
+  const XXH128_hash_t h = XXH3_128bits_digest(state);
+  XXH3_freeState(state);
+  if (bad) fail(path, ": read error");
+  char hex[40];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return hex;
+}
+
+void commit_checkpoint(const std::string& tmp_dir, const CheckpointManifest& m) {
+  ST_CHECK(tmp_dir.size() > 4 && tmp_dir.compare(tmp_dir.size() - 4, 4, ".tmp") == 0, "checkpoint: '", tmp_dir,
+           "' does not end in .tmp");
+  for (const CheckpointFile& f : m.files) fsync_path((fs::path(tmp_dir) / f.name).string(), false);
+  write_atomic((fs::path(tmp_dir) / "manifest.json").string(), m.to_json().dump(1) + "\n");
+  fsync_path(tmp_dir, true);
+  const std::string final_dir = tmp_dir.substr(0, tmp_dir.size() - 4);
+  std::error_code ec;
+  if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);  // a step saved again (a rerun from an older one)
+  fs::rename(tmp_dir, final_dir, ec);
+  if (ec) fail("checkpoint: cannot rename ", tmp_dir, " to ", final_dir, ": ", ec.message());
+  const std::string parent = fs::path(final_dir).parent_path().string();
+  fsync_path(parent, true);
+  write_atomic((fs::path(parent) / "latest").string(), fs::path(final_dir).filename().string() + "\n");
+  fsync_path(parent, true);
+}
+
+std::optional<std::string> find_latest_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return std::nullopt;
+  auto complete = [](const fs::path& p) { return fs::is_regular_file(p / "manifest.json"); };
+  std::ifstream latest(fs::path(dir) / "latest");
+  std::string name;
+  if (latest >> name && step_of(name) >= 0 && complete(fs::path(dir) / name)) return (fs::path(dir) / name).string();
+  int best = -1;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const int s = step_of(e.path().filename().string());
+    if (s > best && complete(e.path())) best = s;
+  }
+  if (best < 0) return std::nullopt;
+  return checkpoint_step_dir(dir, best);
+}
+
+CheckpointManifest read_checkpoint(const std::string& step_dir, bool verify_hashes) {
+  const std::string mpath = (fs::path(step_dir) / "manifest.json").string();
+  std::ifstream in(mpath);
+  if (!in) fail(step_dir, ": no manifest.json (an incomplete or foreign checkpoint)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(mpath, ": not valid JSON: ", e.what());
+  }
+  CheckpointManifest m = CheckpointManifest::from_json(j, mpath);
+  for (const CheckpointFile& f : m.files) {
+    const fs::path p = fs::path(step_dir) / f.name;
+    std::error_code ec;
+    const uint64_t size = fs::file_size(p, ec);
+    if (ec) fail(p.string(), ": missing (listed in ", mpath, ")");
+    if (size != f.bytes) fail(p.string(), ": ", size, " bytes, the manifest says ", f.bytes, " (truncated or replaced)");
+    if (verify_hashes) {
+      const std::string h = file_xxh3(p.string());
+      if (h != f.xxh3) fail(p.string(), ": XXH3-128 ", h, " differs from the manifest's ", f.xxh3, " (corrupt)");
+    }
+  }
+  return m;
+}
+
+void prune_checkpoints(const std::string& dir, int keep) {
+  std::error_code ec;
+  std::vector<std::pair<int, fs::path>> done;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 && step_of(name.substr(0, name.size() - 4)) >= 0) {
+      fs::remove_all(e.path(), ec);  // a save that was killed
+      continue;
+    }
+    const int s = step_of(name);
+    if (s >= 0 && fs::is_regular_file(e.path() / "manifest.json")) done.emplace_back(s, e.path());
+  }
+  std::sort(done.begin(), done.end());
+  for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < done.size(); ++i) fs::remove_all(done[i].second, ec);
+}
+
+}  // namespace st
