@@ -44,6 +44,11 @@ Command add_launch_command(CLI::App& root) {
                   "Run this executable (a path, or a name looked up on PATH) instead of shardtrain itself");
   app->add_option("--grace-period", opt->grace_s, "Seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str();
+  app->add_option("--max-restarts", opt->max_restarts,
+                  "When a rank fails, stop them all and start them all again, up to this many times (a training "
+                  "run resumes from its latest checkpoint: run.resume=auto)")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   // Everything after `--` lands here: CLI11 takes what follows it as positionals only.
   app->add_option("args", opt->args, "Arguments for every rank, after `--` (a shardtrain command by default)");
   // Without `--`, a rank's options (`train --config x`) would be taken as launch's own

@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   try {
     for (auto& c : commands)
       if (c.app->parsed()) return c.run();
+  } catch (const st::Interrupted& e) {
+    std::fprintf(stderr, "shardtrain: %s\n", e.what());
+    return 128 + e.signal();
   } catch (const st::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "shardtrain: error: %s\n", e.what());

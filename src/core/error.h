@@ -13,6 +13,17 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// A run stopped by a signal (SIGTERM, SIGINT) after saving what it could: the CLI
+// exits with 128 + signal, as a process killed by it would.
+class Interrupted : public Error {
+ public:
+  Interrupted(const std::string& what, int signal) : Error(what), signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
 template <class... Parts>
 [[noreturn]] void fail(Parts&&... parts) {
   std::ostringstream os;

@@ -13,34 +13,12 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "io/files.h"
 
 namespace st {
 namespace {
 
 namespace fs = std::filesystem;
-
-void fsync_path(const std::string& path, bool dir) {
-  const int fd = ::open(path.c_str(), dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) fail(path, ": cannot open to fsync: ", std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) fail(path, ": fsync failed: ", std::strerror(err));
-}
-
-// Writes `text` to path through path.tmp + fsync + rename.
-void write_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(tmp, ": cannot write: ", std::strerror(errno));
-    out << text;
-    out.flush();
-    if (!out) fail(tmp, ": write failed (disk full?)");
-  }
-  fsync_path(tmp, false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(path, ": cannot rename ", tmp, " into place: ", std::strerror(errno));
-}
 
 int step_of(const std::string& name) {
   if (name.rfind("step-", 0) != 0) return -1;
@@ -129,7 +107,7 @@ void commit_checkpoint(const std::string& tmp_dir, const CheckpointManifest& m) 
   ST_CHECK(tmp_dir.size() > 4 && tmp_dir.compare(tmp_dir.size() - 4, 4, ".tmp") == 0, "checkpoint: '", tmp_dir,
            "' does not end in .tmp");
   for (const CheckpointFile& f : m.files) fsync_path((fs::path(tmp_dir) / f.name).string(), false);
-  write_atomic((fs::path(tmp_dir) / "manifest.json").string(), m.to_json().dump(1) + "\n");
+  write_text_atomic((fs::path(tmp_dir) / "manifest.json").string(), m.to_json().dump(1) + "\n");
   fsync_path(tmp_dir, true);
   const std::string final_dir = tmp_dir.substr(0, tmp_dir.size() - 4);
   std::error_code ec;
@@ -138,7 +116,7 @@ void commit_checkpoint(const std::string& tmp_dir, const CheckpointManifest& m) 
   if (ec) fail("checkpoint: cannot rename ", tmp_dir, " to ", final_dir, ": ", ec.message());
   const std::string parent = fs::path(final_dir).parent_path().string();
   fsync_path(parent, true);
-  write_atomic((fs::path(parent) / "latest").string(), fs::path(final_dir).filename().string() + "\n");
+  write_text_atomic((fs::path(parent) / "latest").string(), fs::path(final_dir).filename().string() + "\n");
   fsync_path(parent, true);
 }
 

@@ -225,6 +225,9 @@ class Launcher {
     return 0;
   }
 
+  bool interrupted() const { return interrupted_by_.has_value(); }
+  const std::string& failure() const { return failure_; }
+
  private:
   void spawn(Rank& r, int local, const std::string& exec_path, const std::vector<std::string>& argv,
              const std::map<std::string, std::string>& env) {
@@ -377,8 +380,8 @@ class Launcher {
       drain(r, r.err, false);
       if (!succeeded(status) && !stopping_) {
         first_failure_status_ = status;
-        std::fprintf(stderr, "launch: rank %d %s%s\n", r.rank, describe_status(status).c_str(),
-                     any_running() ? "; stopping the other ranks" : "");
+        failure_ = "rank " + std::to_string(r.rank) + " " + describe_status(status);
+        std::fprintf(stderr, "launch: %s%s\n", failure_.c_str(), any_running() ? "; stopping the other ranks" : "");
         begin_stop(SIGTERM);
       }
     }
@@ -476,6 +479,7 @@ class Launcher {
   int stop_signal_ = SIGTERM;
   std::optional<Clock::time_point> term_deadline_, kill_deadline_;
   std::optional<int> first_failure_status_;  // wait status of the rank that made us stop
+  std::string failure_;                      // "rank 1 was killed by signal 9 (SIGKILL)"
   std::optional<int> interrupted_by_;
 };
 
@@ -522,8 +526,21 @@ std::map<std::string, std::string> rank_environment(const LaunchOptions& opt, in
 
 int launch_local_ranks(const LaunchOptions& opt) {
   validate_launch_options(opt);
-  Launcher launcher(opt);
-  return launcher.run();
+  for (int attempt = 0;; ++attempt) {
+    Launcher launcher(opt);
+    const int code = launcher.run();
+    // Restart on a rank's failure (torchelastic's rule: stop them all, start them all),
+    // never when the launcher itself was told to stop.
+    if (code == 0 || launcher.interrupted() || attempt >= opt.max_restarts) {
+      if (code != 0 && opt.max_restarts > 0 && !launcher.interrupted())
+        std::fprintf(stderr, "launch: giving up after %d restart%s; the last failure: %s\n", opt.max_restarts,
+                     opt.max_restarts == 1 ? "" : "s", launcher.failure().c_str());
+      return code;
+    }
+    std::fprintf(stderr, "launch: restart %d of %d after %s\n", attempt + 1, opt.max_restarts,
+                 launcher.failure().c_str());
+    std::fflush(nullptr);
+  }
 }
 
 }  // namespace st

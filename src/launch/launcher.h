@@ -19,6 +19,7 @@ struct LaunchOptions {
   std::string program;            // empty: this very binary (/proc/self/exe)
   std::vector<std::string> args;  // argv[1..] of every rank
   double grace_s = 10.0;          // SIGTERM -> SIGKILL delay when stopping ranks
+  int max_restarts = 0;           // after a rank fails: stop all, start all again, this many times
 };
 
 // Throws st::Error naming the offending option.
@@ -32,6 +33,10 @@ std::map<std::string, std::string> rank_environment(const LaunchOptions& opt, in
                                                     std::map<std::string, std::string> base);
 
 // Runs opt.nproc_per_node ranks to completion and returns the exit status the
+// launcher should exit with. With opt.max_restarts > 0, a failed rank stops all and
+// starts them all again (a training run then resumes from its latest checkpoint),
+// up to that many times; a launcher stopped by a signal is never restarted.
+// Otherwise: the exit status the
 // launcher should exit with: 0 when every rank exited 0; otherwise the first failing
 // rank's status (128 + signal when it was killed), or 128 + signal when the launcher
 // itself was interrupted. Installs SIGINT/SIGTERM/SIGHUP/SIGCHLD handlers for its

@@ -1,6 +1,8 @@
 #include "train/trainer.h"
 
+#include <csignal>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,10 +12,58 @@
 #include "fabric/report.h"
 #include "io/hf_checkpoint.h"
 #include "io/checkpoint.h"
+#include "io/files.h"
 #include "train/checkpointing.h"
 #include "train/flops.h"
 
 namespace st {
+namespace {
+
+// SIGTERM (what Kubernetes and a spot interruption send) or SIGINT: the first asks
+// the run to stop at the next step boundary; a second one stops it at once.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+}
+
+// Installs the handlers for the run's duration.
+struct StopSignals {
+  using Handler = void (*)(int);
+  Handler term, intr;
+  StopSignals() {
+    g_stop_signal = 0;
+    term = std::signal(SIGTERM, on_stop_signal);
+    intr = std::signal(SIGINT, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGTERM, term);
+    std::signal(SIGINT, intr);
+  }
+};
+
+// A test-only fault: SHARDTRAIN_TEST_FAULT="rank:step:marker" kills this process with
+// SIGKILL after `step` on that rank, once (the marker file records that it happened).
+void test_fault(int rank, int step) {
+  const char* spec = std::getenv("SHARDTRAIN_TEST_FAULT");
+  if (!spec) return;
+  int r = -1, s = -1;
+  char marker[512] = {};
+  if (std::sscanf(spec, "%d:%d:%511s", &r, &s, marker) != 3 || r != rank || s != step) return;
+  if (std::FILE* f = std::fopen(marker, "r")) {
+    std::fclose(f);
+    return;
+  }
+  if (std::FILE* f = std::fopen(marker, "w")) std::fclose(f);
+  std::raise(SIGKILL);
+}
+
+}  // namespace
 
 Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
                  std::shared_ptr<const FabricReport> fabric)
@@ -210,7 +260,7 @@ TrainResult Trainer::run(bool verbose) {
     std::error_code ec;
     std::filesystem::create_directories(cfg_.run.out_dir, ec);
     ST_CHECK(!ec, "run.out_dir: cannot create '", cfg_.run.out_dir, "': ", ec.message());
-    std::ofstream(cfg_.run.out_dir + "/config.toml") << run_config_toml(cfg_);
+    write_text_atomic(cfg_.run.out_dir + "/config.toml", run_config_toml(cfg_));
     metrics = std::make_unique<MetricsLog>(cfg_.run.out_dir + "/metrics.jsonl", /*append=*/start > 0);
   }
   // Refuse an export target that would fail only after the whole run.
@@ -229,16 +279,23 @@ TrainResult Trainer::run(bool verbose) {
   t_start_ = now_seconds();
   double timed_tokens = 0, timed_s = 0;
   const int first = start;
+  StopSignals signals;
+  int stopped_by = 0;
   for (int s = start; s < cfg_.train.steps; ++s) {
     const StepMetrics m = step(s);
     r.losses.push_back(m.loss);
     r.grad_norms.push_back(m.grad_norm);
     if (s > first) timed_tokens += m.tokens_per_s * m.step_s, timed_s += m.step_s;  // the first step warms up
     if (metrics) metrics->write_step(m);
+    test_fault(comm_.rank(), m.step);
+    // The ranks agree at every step boundary whether any of them was told to stop.
+    const bool stop = comm_.all_reduce_sum(g_stop_signal != 0 ? 1.0 : 0.0) > 0;
+    if (stop) stopped_by = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
     const size_t step1_peak = s == first ? be_.peak_allocated_bytes() : 0;
     if (s == first) be_.reset_peak_allocated();  // the first step's transient set-up is not the steady state
     const int every = cfg_.run.checkpoint_every;
-    if (every > 0 && !checkpoint_dir().empty() && (m.step % every == 0 || m.step == cfg_.train.steps)) {
+    const bool due = every > 0 && (m.step % every == 0 || m.step == cfg_.train.steps);
+    if (!checkpoint_dir().empty() && (due || (stop && every > 0))) {
       CheckpointSave w;
       w.dir = checkpoint_dir();
       w.step = m.step;
@@ -255,13 +312,34 @@ TrainResult Trainer::run(bool verbose) {
         log_info("checkpoint: " + saved + buf);
       }
     }
-    if (!out) continue;
-    if (s == first || m.step % cfg_.train.log_every == 0 || m.step == cfg_.train.steps) {
-      bar.clear();
-      log_info(format_step_line(m));
+    if (out) {
+      if (s == first || m.step % cfg_.train.log_every == 0 || m.step == cfg_.train.steps || stop) {
+        bar.clear();
+        log_info(format_step_line(m));
+      }
+      if (s == first) log_info(memory_check_line(step1_peak));
+      bar.update(m);
     }
-    if (s == first) log_info(memory_check_line(step1_peak));
-    bar.update(m);
+    if (stop) break;  // every rank, at the same step
+  }
+  if (stopped_by) {
+    bar.clear();
+    const int done = r.losses.empty() ? start : start + static_cast<int>(r.losses.size());
+    if (metrics) {
+      write_text_atomic(cfg_.run.out_dir + "/summary.json",
+                        nlohmann::json{{"interrupted", true},
+                                       {"signal", stopped_by},
+                                       {"steps_done", done},
+                                       {"steps", cfg_.train.steps},
+                                       {"checkpoint", cfg_.run.checkpoint_every > 0 ? checkpoint_dir() : ""},
+                                       {"last_loss", r.losses.empty() ? 0.0 : r.losses.back()}}
+                                .dump(1) + "\n");
+    }
+    throw Interrupted("interrupted by signal " + std::to_string(stopped_by) + " after step " + std::to_string(done) +
+                          (cfg_.run.checkpoint_every > 0 && !checkpoint_dir().empty()
+                               ? "; checkpoint saved, rerun the same command to continue (run.resume=auto)"
+                               : "; no checkpoint (run.checkpoint_every is 0)"),
+                      stopped_by);
   }
   bar.clear();
   if (r.losses.empty()) {  // resumed from the last step: nothing left to do
@@ -286,8 +364,8 @@ TrainResult Trainer::run(bool verbose) {
     log_info(line);
   }
   if (metrics) {
-    std::ofstream(cfg_.run.out_dir + "/summary.json")
-        << nlohmann::json{{"steps", cfg_.train.steps},
+    write_text_atomic(cfg_.run.out_dir + "/summary.json",
+        nlohmann::json{{"steps", cfg_.train.steps},
                           {"world", comm_.world()},
                           {"backend", be_.name()},
                           {"model", cfg_.model.source},
@@ -303,8 +381,7 @@ TrainResult Trainer::run(bool verbose) {
                           {"mfu", r.mfu},
                           {"peak_tflops", peak_tflops_},
                           {"peak_memory_bytes", r.peak_memory_bytes}}
-               .dump(1)
-        << "\n";
+                .dump(1) + "\n");
   }
   if (!cfg_.run.export_dir.empty()) {
     export_model(cfg_.run.export_dir, parse_export_dtype(cfg_.run.export_dtype));

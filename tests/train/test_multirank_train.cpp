@@ -136,6 +136,53 @@ TEST(MultiRankTraining, KubernetesIndexedJobPodsTrainTogether) {
   expect_same_curve(one, losses(out / "pod0" / "metrics.jsonl"), "1 rank vs 2 Indexed Job pods");
 }
 
+// torchelastic's rule: rank 1 is SIGKILLed after step 7 (a test-only fault hook); the
+// launcher stops both, starts both again, they resume from the step-5 checkpoint and
+// end with the loss of an uninterrupted run, bit for bit.
+TEST(MultiRankTraining, RestartAfterARankIsKilledEndsWithTheSameLoss) {
+  const auto straight = train("restart_ref", 2, 10, " --run.checkpoint_every=5");
+  auto command = [&](const fs::path& out, int restarts) {
+    return std::string("SHARDTRAIN_TEST_FAULT=1:7:") + dir_of("restart_marker").string() + " " + SHARDTRAIN_BINARY +
+           " launch --nproc-per-node 2 --max-restarts " + std::to_string(restarts) + " --master-port " +
+           std::to_string(port(11)) + " -- train" + kModel +
+           " --train.steps=20 --train.micro_batch=8 --run.checkpoint_every=5 --run.out_dir=" + out.string();
+  };
+  const fs::path out = temp("restart");
+  fs::remove(dir_of("restart_marker"));
+  const Result r = sh(command(out, 1));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("launch: restart 1 of 1 after rank 1 was killed by signal 9"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("resumed: "), std::string::npos) << r.out;
+  const auto resumed = losses(out / "metrics.jsonl");  // appended: steps 1-7, then 6-20
+  ASSERT_FALSE(resumed.empty());
+  ASSERT_EQ(straight.size(), 20u);
+  EXPECT_EQ(resumed.back(), straight.back());
+  // Without restarts the same fault ends the launch, naming the rank.
+  fs::remove(dir_of("restart_marker"));
+  const Result once = sh(command(temp("restart_once"), 0));
+  EXPECT_NE(once.code, 0) << once.out;
+  EXPECT_NE(once.out.find("rank 1 was killed by signal 9"), std::string::npos) << once.out;
+}
+
+// SIGTERM mid-run (what Kubernetes sends): the ranks stop at the next step, save a
+// checkpoint, write an "interrupted" summary and exit 143; the same command continues.
+TEST(MultiRankTraining, SigtermLeavesACheckpointAndAnInterruptedSummary) {
+  const fs::path out = temp("sigterm");
+  const std::string cmd = std::string(SHARDTRAIN_BINARY) + " launch --nproc-per-node 2 --master-port " +
+                          std::to_string(port(12)) + " -- train" + kModel +
+                          " --train.steps=100000 --train.micro_batch=8 --run.checkpoint_every=1000 --run.out_dir=" +
+                          out.string();
+  const Result r = sh("{ " + cmd + " & pid=$!; sleep 3; kill -TERM $pid; wait $pid; }");
+  EXPECT_EQ(r.code, 143) << r.out;
+  EXPECT_NE(r.out.find("interrupted by signal 15"), std::string::npos) << r.out;
+  std::ifstream in(out / "summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  EXPECT_TRUE(summary["interrupted"].get<bool>()) << summary;
+  const int done = summary["steps_done"];
+  EXPECT_GT(done, 0);
+  EXPECT_TRUE(fs::exists(out / "checkpoints" / ("step-" + std::to_string(done)) / "manifest.json")) << summary;
+}
+
 TEST(MultiRankTraining, ARankThatDiesStopsTheLaunchNamingIt) {
   const fs::path out = temp("dies");
   const std::string train_cmd = std::string(SHARDTRAIN_BINARY) + " train" + kModel +
