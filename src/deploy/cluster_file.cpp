@@ -260,6 +260,7 @@ ClusterSpec load_cluster_file(const std::string& path) {
   r.integer("workload.master_port", spec.master_port, 1, 65535);
   r.string("workload.ray_version", spec.ray_version);
   r.integer("workload.backoff_limit", spec.backoff_limit, 0, 100);
+  r.string("workload.checkpoint_claim", spec.checkpoint_claim);
   r.integer("workload.resources.gpus", spec.pod_gpus, 1, 64);
   r.integer("workload.resources.efa", spec.pod_efa, 0, 64);
   r.integer("workload.resources.cpu", spec.pod_cpu, 1, 1024);
@@ -331,6 +332,11 @@ ClusterSpec load_cluster_file(const std::string& path) {
   spec.run.fabric.expect_transport = spec.expect_transport;
   if (!spec.charts_dir.empty() && fs::path(spec.charts_dir).is_relative())
     spec.charts_dir = (fs::path(spec.dir) / spec.charts_dir).lexically_normal().string();
+  // Checkpoints on a claim every pod mounts: a pod the Job starts again resumes there.
+  if (!spec.checkpoint_claim.empty()) {
+    spec.run.run.checkpoint_dir = "/checkpoints/" + spec.job_name;
+    spec.run.run.resume = "auto";
+  }
   derive_pod_resources(spec);
   return spec;
 }

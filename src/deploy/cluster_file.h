@@ -56,6 +56,7 @@ struct ClusterSpec {
   int master_port = 29500;
   std::string ray_version = "2.49.0";
   int backoff_limit = 0;                      // Job restarts of a failed pod
+  std::string checkpoint_claim;               // a PersistentVolumeClaim for checkpoints ("" = none)
   // Worker pod resources; 0 = derived from the instance (see derive_pod_resources).
   int pod_gpus = 0, pod_efa = -1, pod_cpu = 0, pod_memory_gib = 0;
   int shm_gib = 0;                            // memory-backed /dev/shm; 0 = derived

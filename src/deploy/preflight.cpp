@@ -144,6 +144,9 @@ std::vector<Finding> preflight(const ClusterSpec& s, const PreflightOptions& o) 
                std::to_string(s.run.train.micro_batch * s.run.train.grad_accum * world) + " sequences of " +
                std::to_string(s.run.train.seq_len) + " tokens per step (sharding is by flat buffers, so the "
                "world size needs no relation to the model's heads)");
+  if (!s.checkpoint_claim.empty() && s.run.run.checkpoint_every == 0)
+    note("workload.checkpoint_claim", "a checkpoint volume is mounted but run.checkpoint_every is 0: nothing is "
+                                      "saved there (set \"run.checkpoint_every\" in [train.set])");
   note("nodes.gpu.instance_type", "instance availability varies by region and zone: `deploy apply` checks that " +
                                       (gz.empty() ? s.region : gz.front()) + " offers " + type +
                                       " (aws ec2 describe-instance-type-offerings) before creating anything");

@@ -94,6 +94,14 @@ ojson worker_pod_spec(const ClusterSpec& s, const std::vector<std::string>& comm
                                      {{"name", "dshm"}, {"mountPath", "/dev/shm"}},
                                      {{"name", "workspace"}, {"mountPath", "/workspace"}}})},
   };
+  ojson volumes =
+      ojson::array({{{"name", "config"}, {"configMap", {{"name", config_map_name(s)}}}},
+                    {{"name", "dshm"}, {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", quantity_gi(s.shm_gib)}}}},
+                    {{"name", "workspace"}, {"emptyDir", ojson::object()}}});
+  if (!s.checkpoint_claim.empty()) {
+    volumes.push_back({{"name", "checkpoints"}, {"persistentVolumeClaim", {{"claimName", s.checkpoint_claim}}}});
+    container["volumeMounts"].push_back({{"name", "checkpoints"}, {"mountPath", "/checkpoints"}});
+  }
   return {
       {"serviceAccountName", s.job_name},
       {"nodeSelector", gpu_node_selector(s)},
@@ -105,10 +113,7 @@ ojson worker_pod_spec(const ClusterSpec& s, const std::vector<std::string>& comm
            ojson::array({{{"labelSelector", {{"matchLabels", labels(s)}}},
                           {"topologyKey", "kubernetes.io/hostname"}}})}}}}},
       {"containers", ojson::array({container})},
-      {"volumes",
-       ojson::array({{{"name", "config"}, {"configMap", {{"name", config_map_name(s)}}}},
-                     {{"name", "dshm"}, {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", quantity_gi(s.shm_gib)}}}},
-                     {{"name", "workspace"}, {"emptyDir", ojson::object()}}})},
+      {"volumes", volumes},
   };
 }
 

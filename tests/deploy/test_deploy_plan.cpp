@@ -212,6 +212,21 @@ TEST(DeployPlan, TheWorkerPodIsTheRecipes) {
   EXPECT_EQ(env_value(p5_job["spec"]["template"]["spec"]["containers"][0], "FI_EFA_USE_DEVICE_RDMA"), "1");
 }
 
+// With a checkpoint claim every worker mounts it, and the run checkpoints there and
+// resumes from it: a pod the Job starts again continues.
+TEST(DeployPlan, ACheckpointClaimIsMountedAndResumedFrom) {
+  const fs::path p = variant("claim", {{"master_port = 29500", "master_port = 29500\ncheckpoint_claim = \"fsx\""},
+                                       {"\"train.steps\" = 100", "\"train.steps\" = 100\n\"run.checkpoint_every\" = 50"}});
+  const ClusterSpec s = load_cluster_file(p.string());
+  EXPECT_EQ(s.run.run.checkpoint_dir, "/checkpoints/qwen-train");
+  EXPECT_EQ(s.run.run.resume, "auto");
+  const nlohmann::json pod = docs_of(render_artifacts(s), "job.yaml").at(0)["spec"]["template"]["spec"];
+  bool volume = false, mount = false;
+  for (const auto& v : pod["volumes"]) volume |= v.value("name", "") == "checkpoints" && v["persistentVolumeClaim"]["claimName"] == "fsx";
+  for (const auto& m : pod["containers"][0]["volumeMounts"]) mount |= m["mountPath"] == "/checkpoints";
+  EXPECT_TRUE(volume && mount) << pod.dump();
+}
+
 TEST(DeployPlan, KubeRayHeadIsCpuOnlyAndWorkersAdvertiseTheirGpus) {
   const auto arts = render_artifacts(load_cluster_file(kRecipeRay.string()));
   const std::vector<nlohmann::json> workload = docs_of(arts, "workload.yaml");
