@@ -30,7 +30,7 @@ def steps(name):
 plain, save = steps("plain"), steps("save")
 for name in ("plain", "save"):
     s = steps(name)
-    print(name, "step_s:", " ".join("%d:%.3f" % (x["step"], x["step_s"]) for x in s))
+    print(name, "elapsed_s:", " ".join("%d:%.2f" % (x["step"], x["elapsed_s"]) for x in s))
 for log in ("save.log", "resume.log"):
     for l in open(os.path.join(out, log)):
         if "checkpoint:" in l or "resumed:" in l or "/step-" in l or l.startswith("exit"):

@@ -267,8 +267,12 @@ TrainResult Trainer::run(bool verbose) {
   if (rank0 && !cfg_.run.export_dir.empty()) check_export_dir(cfg_.run.export_dir, false);
   if (out) print_header();
   if (out && start > 0)
+  {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, ", loaded in %.2f s)", load_s_);
     log_info("resumed: " + resumed_from_ + " (step " + std::to_string(start) + " of " +
-             std::to_string(cfg_.train.steps) + " done)");
+             std::to_string(cfg_.train.steps) + " done" + buf);
+  }
   // The transport report goes in before the first step, and a run on the wrong
   // fabric stops here, on every rank, before any step has run.
   if (metrics && fabric_) metrics->write(nlohmann::json{{"transport_report", to_json(*fabric_)}});
@@ -418,7 +422,9 @@ int Trainer::resume() {
   } else {
     path = how;
   }
+  const double t0 = now_seconds();
   const CheckpointManifest m = load_checkpoint(path, cfg_.model, *fsdp_, comm_, shard_);
+  load_s_ = now_seconds() - t0;
   ST_CHECK(m.step <= cfg_.train.steps, "run.resume: ", path, " is at step ", m.step, ", past train.steps = ",
            cfg_.train.steps);
   tokens_seen_ = static_cast<int64_t>(m.tokens_seen);

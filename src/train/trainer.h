@@ -75,6 +75,7 @@ class Trainer {
   double flops_per_token_ = 0, peak_tflops_ = 0;
   double t_start_ = 0;
   std::string resumed_from_;
+  double load_s_ = 0;
 };
 
 }  // namespace st
