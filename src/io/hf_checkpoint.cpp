@@ -1,5 +1,7 @@
 #include "io/hf_checkpoint.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -99,7 +101,15 @@ DType parse_export_dtype(const std::string& name) {
 
 void check_export_dir(const std::string& dir, bool overwrite) {
   std::error_code ec;
-  if (!fs::exists(dir, ec)) return;
+  if (!fs::exists(dir, ec)) {
+    // It will be made next to it: the nearest existing ancestor must take a new entry.
+    fs::path p = fs::absolute(dir, ec).parent_path();
+    while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+    ST_CHECK(fs::is_directory(p, ec), "export: cannot create '", dir, "': '", p.string(), "' is not a directory");
+    ST_CHECK(::access(p.c_str(), W_OK | X_OK) == 0, "export: cannot create '", dir, "': '", p.string(),
+             "' is not writable");
+    return;
+  }
   ST_CHECK(fs::is_directory(dir, ec), "export: '", dir, "' exists and is not a directory");
   if (fs::is_empty(dir, ec)) return;
   ST_CHECK(overwrite, "export: '", dir, "' is not empty; choose another directory or pass --force to replace the model in it");
@@ -112,9 +122,38 @@ void export_hf_model(const std::string& dir, const ParamLayout& layout,
   ST_CHECK(units.size() == static_cast<size_t>(layout.num_units()), "export: expected ", layout.num_units(),
            " units of weights, got ", units.size());
   check_export_dir(dir, options.overwrite);
+  // The whole model goes into a new directory beside `dir`, which then takes its
+  // place: a reader sees the old model or the new one, and no file of the old one
+  // (a shard the new one does not have) survives.
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  ST_CHECK(!ec, "export: cannot create '", dir, "': ", ec.message());
+  const fs::path final_dir = fs::absolute(dir, ec).lexically_normal();
+  const std::string stage = final_dir.string() + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(stage, ec);
+  fs::create_directories(stage, ec);
+  ST_CHECK(!ec, "export: cannot create '", stage, "': ", ec.message());
+  try {
+    write_model_files(stage, layout, units, options);
+  } catch (...) {
+    fs::remove_all(stage, ec);
+    throw;
+  }
+  const std::string old = final_dir.string() + ".old-" + std::to_string(::getpid());
+  const bool had = fs::exists(final_dir, ec);
+  if (had) {
+    fs::rename(final_dir, old, ec);
+    ST_CHECK(!ec, "export: cannot move the old '", dir, "' aside: ", ec.message());
+  }
+  fs::rename(stage, final_dir, ec);
+  if (ec) {
+    if (had) fs::rename(old, final_dir, ec);
+    fail("export: cannot move '", stage, "' to '", dir, "'");
+  }
+  if (had) fs::remove_all(old, ec);
+}
+
+void write_model_files(const std::string& dir, const ParamLayout& layout,
+                       const std::vector<std::vector<float>>& units, const ExportOptions& options) {
+  std::error_code ec;
 
   // Convert each tensor into its own buffer in the export dtype.
   std::vector<std::vector<uint8_t>> storage;

@@ -255,6 +255,26 @@ TrainResult Trainer::run(bool verbose) {
            "); drop it, or run on GPUs under `shardtrain launch`");
   // Where to continue from: rank 0 decides, every rank loads (collectively).
   const int start = resume();
+  // A fresh start must not write over a run that stopped half way and left nothing
+  // to continue from (its metrics would be lost in silence).
+  {
+    std::string why;
+    if (rank0 && start == 0 && cfg_.run.resume == "auto" && !cfg_.run.out_dir.empty() &&
+        std::filesystem::exists(cfg_.run.out_dir + "/metrics.jsonl")) {
+      bool finished = false;
+      try {
+        std::ifstream in(cfg_.run.out_dir + "/summary.json");
+        finished = in && !nlohmann::json::parse(in).value("interrupted", false);
+      } catch (const std::exception&) {
+      }
+      if (!finished)
+        why = "run.out_dir '" + cfg_.run.out_dir + "' holds an unfinished run (metrics.jsonl, no finished "
+              "summary.json) and no checkpoint to continue from; pass --run.resume=none to start afresh over it, or "
+              "choose another run.out_dir";
+    }
+    if (comm_.all_reduce_sum(why.empty() ? 0.0 : 1.0) > 0)
+      fail(why.empty() ? "rank 0 refused to start: run.out_dir holds an unfinished run" : why);
+  }
   std::unique_ptr<MetricsLog> metrics;
   if (rank0 && !cfg_.run.out_dir.empty()) {
     std::error_code ec;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -40,6 +42,33 @@ std::vector<std::vector<float>> init_units(const ParamLayout& layout, uint64_t s
     units.push_back(std::move(v));
   }
   return units;
+}
+
+// Replacing an export replaces the directory: a sharded model overwritten by a
+// one-file model leaves no old shard or index behind, and the result loads.
+TEST(HfCheckpoint, OverwritingAnExportLeavesNoStaleShards) {
+  const ParamLayout layout(small(false));
+  const auto units = init_units(layout, 4), other = init_units(layout, 5);
+  const fs::path dir = temp("replace");
+  ExportOptions o;
+  o.dtype = DType::F32;
+  o.max_shard_bytes = 20000;  // several shards and an index
+  export_hf_model(dir, layout, units, o);
+  ASSERT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
+  o.max_shard_bytes = 5ull << 30;
+  EXPECT_THROW(export_hf_model(dir, layout, other, o), Error);  // not empty, no overwrite
+  o.overwrite = true;
+  export_hf_model(dir, layout, other, o);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(load_hf_weights(dir.string(), layout), other);
+  for (const auto& e : fs::directory_iterator(dir.parent_path()))
+    EXPECT_EQ(e.path().filename().string().find("replace.old-"), std::string::npos) << e.path();
+  // A directory that cannot be made is refused before anything is written.
+  std::ofstream(dir.parent_path() / "a-file") << "x";
+  EXPECT_THROW(check_export_dir((dir.parent_path() / "a-file" / "model").string(), false), Error);
 }
 
 TEST(HfCheckpoint, ExportThenLoadIsExactInF32AndRoundedInBf16) {

@@ -94,6 +94,26 @@ TEST(Checkpoint, ResumedRunRepeatsTheUninterruptedOneBitForBit) {
   EXPECT_EQ(train(autorun).losses.size(), 12u);
 }
 
+// A fresh start over a run that stopped half way without checkpoints is refused,
+// saying how to go on; over a finished run, or with resume=none, it starts.
+TEST(Checkpoint, AnUnfinishedRunDirectoryIsNotWrittenOver) {
+  const fs::path dir = temp_dir("outdir");
+  RunConfig cfg = small_run(2, dir / "ck");
+  cfg.run.out_dir = (dir / "run").string();
+  EXPECT_EQ(train(cfg).losses.size(), 2u);
+  EXPECT_EQ(train(cfg).losses.size(), 2u);  // finished: a new run may take the directory
+  fs::remove(dir / "run/summary.json");     // as if killed before the end
+  try {
+    train(cfg);
+    ADD_FAILURE() << "an unfinished run directory was written over";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds an unfinished run"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--run.resume=none"), std::string::npos) << e.what();
+  }
+  cfg.run.resume = "none";
+  EXPECT_EQ(train(cfg).losses.size(), 2u);
+}
+
 // What every rank's shard must hold: the init values for the master weights, and
 // moments that are a function of the global element index.
 float m_of(size_t unit, size_t i) { return static_cast<float>(unit * 100000 + i) * 1e-3f; }
