@@ -1,6 +1,9 @@
 #include "train/checkpointing.h"
 
+#include <atomic>
 #include <filesystem>
+#include <functional>
+#include <thread>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -39,60 +42,109 @@ nlohmann::json model_identity(const ModelConfig& m) {
           {"tie_word_embeddings", m.tie_word_embeddings}};
 }
 
-std::string save_checkpoint(const CheckpointSave& w, const ModelConfig& model, Fsdp& fsdp, Comm& world,
-                            Comm& shard, Comm* replicate) {
+struct CheckpointWriter::State {
+  CheckpointSave what;
+  nlohmann::json model;
+  std::vector<CheckpointUnit> units;
+  int shard_world = 1, replicas = 1;
+  std::string tmp, final_dir;
+  std::thread thread;
+  std::atomic<bool> done{true};
+  std::string error;  // set by the thread before done
+};
+
+CheckpointWriter::~CheckpointWriter() { join(); }
+
+void CheckpointWriter::join() {
+  if (state_ && state_->thread.joinable()) state_->thread.join();
+}
+
+void CheckpointWriter::begin(const CheckpointSave& w, const ModelConfig& model, Fsdp& fsdp, Comm& world, Comm& shard,
+                             Comm* replicate) {
+  if (pending_) poll(world, /*wait=*/true);
+  join();
   const ShardPlan& plan = fsdp.plan();
-  const std::string final_dir = checkpoint_step_dir(w.dir, w.step), tmp = final_dir + ".tmp";
-  const bool writer = !replicate || replicate->rank() == 0;
-  const std::string file = checkpoint_shard_file(shard.rank(), shard.world());
+  auto st = std::make_shared<State>();
+  st->what = w;
+  st->model = model_identity(model);
+  st->shard_world = shard.world();
+  st->replicas = replicate ? replicate->world() : 1;
+  for (int u = 0; u < plan.num_units(); ++u)
+    st->units.push_back({plan.layout().unit(u).name, plan.numel(u), plan.padded_numel(u), plan.shard_numel(u)});
+  st->final_dir = checkpoint_step_dir(w.dir, w.step);
+  st->tmp = st->final_dir + ".tmp";
   all_or_none(
       world,
       [&] {
         if (world.rank() != 0) return;
         std::error_code ec;
-        fs::remove_all(tmp, ec);
-        fs::create_directories(tmp, ec);
-        if (ec) fail("checkpoint: cannot create '", tmp, "': ", ec.message());
+        fs::remove_all(st->tmp, ec);
+        fs::create_directories(st->tmp, ec);
+        if (ec) fail("checkpoint: cannot create '", st->tmp, "': ", ec.message());
       },
-      "checkpoint: rank 0 could not create " + tmp);
+      "checkpoint: rank 0 could not create " + st->tmp);
+  state_ = st;
+  pending_ = true;
+  if (replicate && replicate->rank() != 0) return;  // another replica writes this shard
+  // The copy to host memory is all that holds training up.
+  auto data = std::make_shared<std::vector<std::vector<float>>>();
+  std::vector<std::string> names;
+  for (int u = 0; u < plan.num_units(); ++u)
+    for (const auto& [suffix, state] : kStates) {
+      data->push_back(fsdp.download_shard(u, state));
+      names.push_back(plan.layout().unit(u).name + "." + suffix);
+    }
+  const std::string file = checkpoint_shard_file(shard.rank(), shard.world());
+  const int rank = shard.rank(), step = w.step;
+  st->done = false;
+  st->thread = std::thread([st, data, names, file, rank, step] {
+    try {
+      std::vector<TensorToWrite> tensors;
+      for (size_t i = 0; i < names.size(); ++i)
+        tensors.push_back({names[i], DType::F32, {static_cast<int64_t>((*data)[i].size())}, (*data)[i].data()});
+      const std::string path = (fs::path(st->tmp) / file).string();
+      write_safetensors(path, tensors,
+                        {{"format", "shardtrain-checkpoint-shard"}, {"shard_rank", std::to_string(rank)},
+                         {"shard_world", std::to_string(st->shard_world)}, {"step", std::to_string(step)}});
+      data->clear();
+      // Rank 0 puts every file's hash into the manifest: each writer leaves its own.
+      std::ofstream(path + ".xxh3") << file_xxh3(path) << " " << fs::file_size(path) << "\n";
+    } catch (const std::exception& e) {
+      st->error = e.what();
+    }
+    st->done = true;
+  });
+}
+
+std::string CheckpointWriter::poll(Comm& world, bool wait) {
+  if (!pending_) return "";
+  auto st = state_;
+  if (wait) join();
+  // Every rank learns whether all writers have finished, and whether one failed.
+  const bool mine_done = st->done.load();
+  const double busy = world.all_reduce_sum(mine_done ? 0.0 : 1.0);
+  if (busy > 0) return "";
+  join();
+  pending_ = false;
   all_or_none(
-      world,
-      [&] {
-        if (!writer) return;
-        std::vector<std::vector<float>> keep;  // the data the tensors point at
-        std::vector<TensorToWrite> tensors;
-        keep.reserve(plan.num_units() * 3);
-        for (int u = 0; u < plan.num_units(); ++u)
-          for (const auto& [suffix, state] : kStates) {
-            keep.push_back(fsdp.download_shard(u, state));
-            tensors.push_back({plan.layout().unit(u).name + "." + suffix, DType::F32,
-                               {static_cast<int64_t>(keep.back().size())}, keep.back().data()});
-          }
-        const std::string path = (fs::path(tmp) / file).string();
-        write_safetensors(path, tensors,
-                          {{"format", "shardtrain-checkpoint-shard"}, {"shard_rank", std::to_string(shard.rank())},
-                           {"shard_world", std::to_string(shard.world())}, {"step", std::to_string(w.step)}});
-        // Rank 0 puts every file's hash into the manifest: each writer leaves its own.
-        std::ofstream(path + ".xxh3") << file_xxh3(path) << " " << fs::file_size(path) << "\n";
-      },
-      "checkpoint: another rank failed writing its shard into " + tmp);
+      world, [&] { if (!st->error.empty()) throw Error(st->error); },
+      "checkpoint: another rank failed writing its shard into " + st->tmp);
   all_or_none(
       world,
       [&] {
         if (world.rank() != 0) return;
         CheckpointManifest m;
-        m.step = w.step;
-        m.shard_world = shard.world();
-        m.replicas = replicate ? replicate->world() : 1;
-        for (int u = 0; u < plan.num_units(); ++u)
-          m.units.push_back({plan.layout().unit(u).name, plan.numel(u), plan.padded_numel(u), plan.shard_numel(u)});
-        m.model = model_identity(model);
-        m.run_config = w.run_config;
-        m.seed = w.seed;
-        m.tokens_seen = w.tokens_seen;
-        for (int r = 0; r < shard.world(); ++r) {
-          const std::string name = checkpoint_shard_file(r, shard.world());
-          const fs::path sum = fs::path(tmp) / (name + ".xxh3");
+        m.step = st->what.step;
+        m.shard_world = st->shard_world;
+        m.replicas = st->replicas;
+        m.units = st->units;
+        m.model = st->model;
+        m.run_config = st->what.run_config;
+        m.seed = st->what.seed;
+        m.tokens_seen = st->what.tokens_seen;
+        for (int r = 0; r < st->shard_world; ++r) {
+          const std::string name = checkpoint_shard_file(r, st->shard_world);
+          const fs::path sum = fs::path(st->tmp) / (name + ".xxh3");
           std::ifstream in(sum);
           CheckpointFile f{name, 0, ""};
           if (!(in >> f.xxh3 >> f.bytes)) fail("checkpoint: ", sum.string(), " is missing or malformed");
@@ -100,11 +152,18 @@ std::string save_checkpoint(const CheckpointSave& w, const ModelConfig& model, F
           fs::remove(sum);
           m.files.push_back(f);
         }
-        commit_checkpoint(tmp, m);
-        if (w.keep_last > 0) prune_checkpoints(w.dir, w.keep_last);
+        commit_checkpoint(st->tmp, m);
+        if (st->what.keep_last > 0) prune_checkpoints(st->what.dir, st->what.keep_last);
       },
-      "checkpoint: rank 0 could not complete " + final_dir);
-  return final_dir;
+      "checkpoint: rank 0 could not complete " + st->final_dir);
+  return st->final_dir;
+}
+
+std::string save_checkpoint(const CheckpointSave& w, const ModelConfig& model, Fsdp& fsdp, Comm& world, Comm& shard,
+                            Comm* replicate) {
+  CheckpointWriter writer;
+  writer.begin(w, model, fsdp, world, shard, replicate);
+  return writer.poll(world, /*wait=*/true);
 }
 
 CheckpointManifest load_checkpoint(const std::string& step_dir, const ModelConfig& model, Fsdp& fsdp, Comm& world,

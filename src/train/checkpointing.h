@@ -3,6 +3,7 @@
 // Loading works at any world size and shard group size: each rank takes its slice of
 // every unit from the saved shards by range arithmetic (ShardPlan::pieces_from).
 #pragma once
+#include <memory>
 #include <string>
 
 #include "comm/comm.h"
@@ -21,9 +22,37 @@ struct CheckpointSave {
   int keep_last = 0;          // > 0: prune to this many afterwards
 };
 
-// Writes step-N: each shard group's first replica writes its shard rank's file, rank
-// 0 the manifest last. Returns the directory written. A failure on any rank is an
-// st::Error on every rank, and leaves only step-N.tmp behind.
+// A checkpoint written in the background while training goes on: begin() copies
+// this rank's shards to host memory (the only part that stops training) and starts
+// a thread that writes and hashes its file; poll() at a step boundary commits the
+// checkpoint (rank 0 writes the manifest last and renames step-N.tmp) once every
+// writer has finished. Each shard group's first replica writes its shard rank's
+// file. A failure on any rank is an st::Error on every rank at the next poll, and
+// leaves only step-N.tmp behind. One save at a time: begin waits for the last.
+class CheckpointWriter {
+ public:
+  CheckpointWriter() = default;
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Collective over the world.
+  void begin(const CheckpointSave& what, const ModelConfig& model, Fsdp& fsdp, Comm& world, Comm& shard,
+             Comm* replicate);
+  // Collective while a save is pending: commits it when every writer is done (or,
+  // with wait, after waiting for this rank's). Returns the committed directory, or
+  // "" while it is still being written (or when none is pending).
+  std::string poll(Comm& world, bool wait);
+  bool pending() const { return pending_; }
+
+ private:
+  void join();
+  struct State;
+  std::shared_ptr<State> state_;
+  bool pending_ = false;
+};
+
+// begin + poll(wait): the whole save, synchronously. Returns the directory written.
 std::string save_checkpoint(const CheckpointSave& what, const ModelConfig& model, Fsdp& fsdp, Comm& world,
                             Comm& shard, Comm* replicate);
 

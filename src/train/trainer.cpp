@@ -305,6 +305,7 @@ TrainResult Trainer::run(bool verbose) {
   const int first = start;
   StopSignals signals;
   int stopped_by = 0;
+  CheckpointWriter writer;
   for (int s = start; s < cfg_.train.steps; ++s) {
     const StepMetrics m = step(s);
     r.losses.push_back(m.loss);
@@ -319,6 +320,16 @@ TrainResult Trainer::run(bool verbose) {
     if (s == first) be_.reset_peak_allocated();  // the first step's transient set-up is not the steady state
     const int every = cfg_.run.checkpoint_every;
     const bool due = every > 0 && (m.step % every == 0 || m.step == cfg_.train.steps);
+    // A checkpoint still being written: committed once every writer is done.
+    auto committed = [&](const std::string& dir) {
+      if (!out || dir.empty()) return;
+      bar.clear();
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " (%.2f s after its copy, written while training went on)",
+                    now_seconds() - ckpt_began_);
+      log_info("checkpoint: " + dir + buf);
+    };
+    if (writer.pending()) committed(writer.poll(comm_, /*wait=*/false));
     if (!checkpoint_dir().empty() && (due || (stop && every > 0))) {
       CheckpointSave w;
       w.dir = checkpoint_dir();
@@ -328,13 +339,16 @@ TrainResult Trainer::run(bool verbose) {
       w.run_config = run_config_toml(cfg_);
       w.keep_last = cfg_.run.keep_last;
       const double t0 = now_seconds();
-      const std::string saved = save_checkpoint(w, cfg_.model, *fsdp_, comm_, shard_, replicate_);
+      writer.begin(w, cfg_.model, *fsdp_, comm_, shard_, replicate_);
+      ckpt_began_ = now_seconds();
       if (out) {
         bar.clear();
-        char buf[64];
-        std::snprintf(buf, sizeof buf, " (%.2f s)", now_seconds() - t0);
-        log_info("checkpoint: " + saved + buf);
+        char buf[96];
+        std::snprintf(buf, sizeof buf, " started: shards copied to host memory in %.2f s", ckpt_began_ - t0);
+        log_info("checkpoint of step " + std::to_string(m.step) + buf);
       }
+      // The last one (or one asked for by a signal) is waited for.
+      if (stop || m.step == cfg_.train.steps) committed(writer.poll(comm_, /*wait=*/true));
     }
     if (out) {
       if (s == first || m.step % cfg_.train.log_every == 0 || m.step == cfg_.train.steps || stop) {
@@ -345,6 +359,10 @@ TrainResult Trainer::run(bool verbose) {
       bar.update(m);
     }
     if (stop) break;  // every rank, at the same step
+  }
+  if (writer.pending()) {  // e.g. a run whose last step was not a checkpoint step
+    const std::string dir = writer.poll(comm_, /*wait=*/true);
+    if (out && !dir.empty()) log_info("checkpoint: " + dir);
   }
   if (stopped_by) {
     bar.clear();

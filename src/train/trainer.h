@@ -76,6 +76,7 @@ class Trainer {
   double t_start_ = 0;
   std::string resumed_from_;
   double load_s_ = 0;
+  double ckpt_began_ = 0;  // when the checkpoint being written had its shards copied
 };
 
 }  // namespace st
