@@ -338,6 +338,7 @@ TrainResult Trainer::run(bool verbose) {
       w.seed = cfg_.train.seed;
       w.run_config = run_config_toml(cfg_);
       w.keep_last = cfg_.run.keep_last;
+      if (writer.pending()) committed(writer.poll(comm_, /*wait=*/true));  // one save at a time
       const double t0 = now_seconds();
       writer.begin(w, cfg_.model, *fsdp_, comm_, shard_, replicate_);
       ckpt_began_ = now_seconds();
