@@ -437,6 +437,14 @@ fs::path empty_cluster(const fs::path& dir, const std::function<void(json&)>& ed
 }
 
 
+// Steps 6 and 8's groundwork: the artifacts, and the workload (its ConfigMap holds the
+// run config) applied to the test server.
+st::testing::ShellResult apply_workload(const KubeServer& server, const fs::path& cluster, const fs::path& out) {
+  return st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy plan --cluster " + cluster.string() +
+                                " --out " + out.string() + " && " + server.env() + "kubectl apply --server-side -f " +
+                                (out / "workload.yaml").string());
+}
+
 std::string submit_cmd(const KubeServer& server, const fs::path& cluster, const fs::path& out, int timeout_s) {
   return server.env() + "SHARDTRAIN_DEPLOY_POLL_S=0.3 " + SHARDTRAIN_BINARY + " deploy submit --cluster " +
          cluster.string() + " --out " + out.string() + " --timeout-s " + std::to_string(timeout_s);
@@ -448,10 +456,7 @@ TEST(DeploySubmit, TwoPodTinyJobRunsToCompletion) {
   const fs::path cluster = tiny_cluster(dir, "", test::free_port());
   KubeServer server(empty_cluster(dir), dir, true);
   const fs::path out = dir / "out";
-  // Steps 6 and 8: the workload (its ConfigMap holds the run config), then the job.
-  auto r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy plan --cluster " + cluster.string() +
-                                  " --out " + out.string() + " && " + server.env() + "kubectl apply --server-side -f " +
-                                  (out / "workload.yaml").string());
+  auto r = apply_workload(server, cluster, out);
   ASSERT_EQ(r.code, 0) << r.out;
   r = st::testing::run_shell(submit_cmd(server, cluster, out, 120));
   EXPECT_EQ(r.code, 0) << r.out;
@@ -475,9 +480,7 @@ TEST(DeploySubmit, ARankThatCannotMeetItsTransportIsNamed) {
   const fs::path cluster = tiny_cluster(dir, "efa", test::free_port());
   KubeServer server(empty_cluster(dir), dir, true);
   const fs::path out = dir / "out";
-  auto r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy plan --cluster " + cluster.string() +
-                                  " --out " + out.string() + " && " + server.env() + "kubectl apply --server-side -f " +
-                                  (out / "workload.yaml").string());
+  auto r = apply_workload(server, cluster, out);
   ASSERT_EQ(r.code, 0) << r.out;
   r = st::testing::run_shell(submit_cmd(server, cluster, out, 120));
   EXPECT_NE(r.code, 0) << r.out;
@@ -496,9 +499,7 @@ TEST(DeploySubmit, PendingPodsSayWhy) {
                     }),
                     dir, true);
   const fs::path out = dir / "out";
-  auto r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy plan --cluster " + cluster.string() +
-                                  " --out " + out.string() + " && " + server.env() + "kubectl apply --server-side -f " +
-                                  (out / "workload.yaml").string());
+  auto r = apply_workload(server, cluster, out);
   ASSERT_EQ(r.code, 0) << r.out;
   r = st::testing::run_shell(submit_cmd(server, cluster, out, 3));
   EXPECT_NE(r.code, 0) << r.out;
