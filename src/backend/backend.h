@@ -18,6 +18,7 @@
 //   tokens/targets I32. Statistics (rstd, lse, losses) are F64 on the F64 path and
 //   F32 otherwise.
 #pragma once
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,6 +51,10 @@ class Backend {
   // Host <-> backend: host pointers hold elements of the tensor's own dtype.
   virtual void upload(Tensor dst, const void* host) = 0;
   virtual void download(void* host, Tensor src) = 0;
+  // Host memory that download() fills fastest (page-locked on CUDA, so the copy runs
+  // at the bus's rate); null when it cannot be had. Freed with free_host.
+  virtual void* alloc_host(size_t bytes) { return std::malloc(bytes); }
+  virtual void free_host(void* p) { std::free(p); }
   virtual void synchronize() {}
   // The stream the backend enqueues its work on (a cudaStream_t for CUDA), so that a
   // communicator can enqueue collectives in order with it; null where there is none.

@@ -71,6 +71,15 @@ std::vector<float> Fsdp::gather_unit(int u) {
   return v;
 }
 
+void Fsdp::download_shard_into(int u, ShardState which, float* host) {
+  if (which == ShardState::Grad) sync_grads();
+  const UnitState& s = units_.at(u);
+  be_.download(host, which == ShardState::Master ? s.master
+                     : which == ShardState::Grad ? s.grad
+                     : which == ShardState::AdamM ? s.m
+                                                  : s.v);
+}
+
 std::vector<float> Fsdp::download_shard(int u, ShardState which) {
   if (which == ShardState::Grad) sync_grads();
   const UnitState& s = units_.at(u);

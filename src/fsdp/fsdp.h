@@ -75,6 +75,9 @@ class Fsdp final : public ParamProvider {
   // This rank's shard of unit u's `which` state, as fp32 on the host (padding
   // included). The gradient is complete (every reduction retired) when read.
   std::vector<float> download_shard(int u, ShardState which);
+  // The same into `host` (plan.shard_numel(u) floats of the caller's).
+  void download_shard_into(int u, ShardState which, float* host);
+  Backend& backend() const { return be_; }
   // Sets this rank's shard of unit u's `which` state (plan.shard_numel values). Any
   // gathered copy of the unit is dropped (stale).
   void upload_shard(int u, ShardState which, const std::vector<float>& values);

@@ -53,7 +53,11 @@ struct CheckpointWriter::State {
   std::string error;  // set by the thread before done
 };
 
-CheckpointWriter::~CheckpointWriter() { join(); }
+CheckpointWriter::~CheckpointWriter() {
+  join();
+  if (host_ && host_pinned_) host_owner_->free_host(host_);
+  else std::free(host_);
+}
 
 void CheckpointWriter::join() {
   if (state_ && state_->thread.joinable()) state_->thread.join();
@@ -87,26 +91,38 @@ void CheckpointWriter::begin(const CheckpointSave& w, const ModelConfig& model, 
   pending_ = true;
   if (replicate && replicate->rank() != 0) return;  // another replica writes this shard
   // The copy to host memory is all that holds training up.
-  auto data = std::make_shared<std::vector<std::vector<float>>>();
-  std::vector<std::string> names;
+  const size_t floats = 3 * plan.total_shard_numel();
+  if (host_floats_ < floats) {
+    if (host_ && host_pinned_) host_owner_->free_host(host_);
+    else std::free(host_);
+    host_owner_ = &fsdp.backend();
+    host_ = static_cast<float*>(host_owner_->alloc_host(floats * sizeof(float)));
+    host_pinned_ = host_ != nullptr;
+    if (!host_) host_ = static_cast<float*>(std::malloc(floats * sizeof(float)));
+    ST_CHECK(host_, "checkpoint: cannot allocate ", floats * sizeof(float), " bytes of host memory for the shards");
+    host_floats_ = floats;
+  }
+  std::vector<std::pair<std::string, std::pair<float*, size_t>>> pieces;  // name -> (data, floats)
+  float* at = host_;
   for (int u = 0; u < plan.num_units(); ++u)
     for (const auto& [suffix, state] : kStates) {
-      data->push_back(fsdp.download_shard(u, state));
-      names.push_back(plan.layout().unit(u).name + "." + suffix);
+      fsdp.download_shard_into(u, state, at);
+      pieces.push_back({plan.layout().unit(u).name + "." + suffix, {at, plan.shard_numel(u)}});
+      at += plan.shard_numel(u);
     }
   const std::string file = checkpoint_shard_file(shard.rank(), shard.world());
   const int rank = shard.rank(), step = w.step;
   st->done = false;
-  st->thread = std::thread([st, data, names, file, rank, step] {
+  // The host copy stays untouched until this thread is done: the next save joins it first.
+  st->thread = std::thread([st, pieces, file, rank, step] {
     try {
       std::vector<TensorToWrite> tensors;
-      for (size_t i = 0; i < names.size(); ++i)
-        tensors.push_back({names[i], DType::F32, {static_cast<int64_t>((*data)[i].size())}, (*data)[i].data()});
+      for (const auto& [name, piece] : pieces)
+        tensors.push_back({name, DType::F32, {static_cast<int64_t>(piece.second)}, piece.first});
       const std::string path = (fs::path(st->tmp) / file).string();
       write_safetensors(path, tensors,
                         {{"format", "shardtrain-checkpoint-shard"}, {"shard_rank", std::to_string(rank)},
                          {"shard_world", std::to_string(st->shard_world)}, {"step", std::to_string(step)}});
-      data->clear();
       // Rank 0 puts every file's hash into the manifest: each writer leaves its own.
       std::ofstream(path + ".xxh3") << file_xxh3(path) << " " << fs::file_size(path) << "\n";
     } catch (const std::exception& e) {

@@ -50,6 +50,12 @@ class CheckpointWriter {
   struct State;
   std::shared_ptr<State> state_;
   bool pending_ = false;
+  // The shards' host copy, kept from one save to the next (page-locked where the
+  // backend offers it, so the copy runs at the bus's rate).
+  Backend* host_owner_ = nullptr;
+  float* host_ = nullptr;
+  size_t host_floats_ = 0;
+  bool host_pinned_ = false;
 };
 
 // begin + poll(wait): the whole save, synchronously. Returns the directory written.

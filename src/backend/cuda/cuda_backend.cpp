@@ -177,6 +177,18 @@ class CudaBackend final : public Backend {
     ST_CUDA(cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
     ST_CUDA(cudaStreamSynchronize(stream_));
   }
+  void* alloc_host(size_t bytes) override {
+    use_device();
+    void* p = nullptr;
+    if (cudaMallocHost(&p, bytes) != cudaSuccess) {
+      cudaGetLastError();  // clear it: the caller falls back to pageable memory
+      return nullptr;
+    }
+    return p;
+  }
+  void free_host(void* p) override {
+    if (p) cudaFreeHost(p);
+  }
   void synchronize() override {
     use_device();
     ST_CUDA(cudaStreamSynchronize(stream_));
