@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "support/fork_ranks.h"
 #include "support/shell.h"
 
 namespace {
@@ -136,15 +137,17 @@ TEST(MultiRankTraining, KubernetesIndexedJobPodsTrainTogether) {
   expect_same_curve(one, losses(out / "pod0" / "metrics.jsonl"), "1 rank vs 2 Indexed Job pods");
 }
 
-// torchelastic's rule: rank 1 is SIGKILLed after step 7 (a test-only fault hook); the
-// launcher stops both, starts both again, they resume from the step-5 checkpoint and
+// torchelastic's rule: rank 1 is SIGKILLed after step 13 (a test-only fault hook); the
+// launcher stops both, starts both again, they resume from a checkpoint (step 5 is
+// complete by then: the save of step 10 waits for it) and
 // end with the loss of an uninterrupted run, bit for bit.
 TEST(MultiRankTraining, RestartAfterARankIsKilledEndsWithTheSameLoss) {
   const auto straight = train("restart_ref", 2, 10, " --run.checkpoint_every=5");
+  const int restart_port = st::test::free_port();  // the kernel's: no overlap with other tests' ranges
   auto command = [&](const fs::path& out, int restarts) {
-    return std::string("SHARDTRAIN_TEST_FAULT=1:7:") + dir_of("restart_marker").string() + " " + SHARDTRAIN_BINARY +
+    return std::string("SHARDTRAIN_TEST_FAULT=1:13:") + dir_of("restart_marker").string() + " " + SHARDTRAIN_BINARY +
            " launch --nproc-per-node 2 --max-restarts " + std::to_string(restarts) + " --master-port " +
-           std::to_string(port(11)) + " -- train" + kModel +
+           std::to_string(restart_port) + " -- train" + kModel +
            " --train.steps=20 --train.micro_batch=8 --run.checkpoint_every=5 --run.out_dir=" + out.string();
   };
   const fs::path out = temp("restart");
@@ -153,7 +156,7 @@ TEST(MultiRankTraining, RestartAfterARankIsKilledEndsWithTheSameLoss) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("launch: restart 1 of 1 after rank 1 was killed by signal 9"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("resumed: "), std::string::npos) << r.out;
-  const auto resumed = losses(out / "metrics.jsonl");  // appended: steps 1-7, then 6-20
+  const auto resumed = losses(out / "metrics.jsonl");  // appended: steps 1-13, then from the checkpoint on
   ASSERT_FALSE(resumed.empty());
   ASSERT_EQ(straight.size(), 20u);
   EXPECT_EQ(resumed.back(), straight.back());
@@ -169,7 +172,7 @@ TEST(MultiRankTraining, RestartAfterARankIsKilledEndsWithTheSameLoss) {
 TEST(MultiRankTraining, SigtermLeavesACheckpointAndAnInterruptedSummary) {
   const fs::path out = temp("sigterm");
   const std::string cmd = std::string(SHARDTRAIN_BINARY) + " launch --nproc-per-node 2 --master-port " +
-                          std::to_string(port(12)) + " -- train" + kModel +
+                          std::to_string(st::test::free_port()) + " -- train" + kModel +
                           " --train.steps=100000 --train.micro_batch=8 --run.checkpoint_every=1000 --run.out_dir=" +
                           out.string();
   const Result r = sh("{ " + cmd + " & pid=$!; sleep 3; kill -TERM $pid; wait $pid; }");
