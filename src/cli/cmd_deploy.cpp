@@ -23,32 +23,21 @@
 #include "deploy/render.h"
 #include "deploy/tools.h"
 #include "deploy/verify.h"
+#include "io/files.h"
 
 namespace st {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Writes `text` to dir/file through a temporary name and a rename, so an existing
-// file is either the old one or the new one, never half of either.
+// dir/file, its directories made, written through a temporary name and a rename
+// (io/files.h): a rerun replaces each file whole.
 void write_file(const fs::path& dir, const std::string& file, const std::string& text) {
   const fs::path path = dir / file;
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
-  ST_CHECK(!ec, "deploy plan: cannot create '", path.parent_path().string(), "': ", ec.message());
-  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    ST_CHECK(out, "deploy plan: cannot write '", tmp.string(), "'");
-    out << text;
-    out.flush();
-    ST_CHECK(out, "deploy plan: writing '", tmp.string(), "' failed (disk full?)");
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp);
-    fail("deploy plan: cannot rename '", tmp.string(), "' to '", path.string(), "': ", ec.message());
-  }
+  ST_CHECK(!ec, "deploy: cannot create '", path.parent_path().string(), "': ", ec.message());
+  write_text_atomic(path.string(), text);
 }
 
 nlohmann::json to_json(const Finding& f) {

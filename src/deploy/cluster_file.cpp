@@ -9,27 +9,12 @@
 #include <toml++/toml.h>
 
 #include "core/error.h"
+#include "train/toml_text.h"
 
 namespace st {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string line_of(const toml::node& n) {
-  return n.source().begin.line ? " (line " + std::to_string(n.source().begin.line) + ")" : "";
-}
-
-std::string type_name(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a floating-point number";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date or time";
-  }
-}
 
 // One key of the file: its dotted name, what it must be, and where it goes.
 struct Key {
@@ -44,13 +29,13 @@ class Reader {
   Reader(ClusterSpec& spec, std::string file) : spec_(spec), file_(std::move(file)) {}
 
   [[noreturn]] void bad(const std::string& key, const toml::node& n, const std::string& what) const {
-    fail(file_, ": ", key, " ", what, line_of(n));
+    fail(file_, ": ", key, " ", what, toml_line_text(n));
   }
 
   void string(const std::string& name, std::string& out, std::vector<std::string> choices = {}) {
     keys_.push_back({name, choices.empty() ? "a string" : "one of " + join(choices),
                      [this, name, &out, choices](const toml::node& n, const std::string&) {
-                       if (!n.is_string()) bad(name, n, "must be a string, got " + type_name(n));
+                       if (!n.is_string()) bad(name, n, "must be a string, got " + toml_type_name(n));
                        out = n.as_string()->get();
                        if (!choices.empty() && std::find(choices.begin(), choices.end(), out) == choices.end())
                          bad(name, n, "must be one of " + join(choices) + ", got '" + out + "'");
@@ -59,7 +44,7 @@ class Reader {
   }
   void integer(const std::string& name, int& out, long lo, long hi) {
     keys_.push_back({name, "an integer", [this, name, &out, lo, hi](const toml::node& n, const std::string&) {
-                       if (!n.is_integer()) bad(name, n, "must be an integer, got " + type_name(n));
+                       if (!n.is_integer()) bad(name, n, "must be an integer, got " + toml_type_name(n));
                        const long long v = n.as_integer()->get();
                        if (v < lo || v > hi)
                          bad(name, n, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
@@ -69,16 +54,16 @@ class Reader {
   }
   void boolean(const std::string& name, bool& out) {
     keys_.push_back({name, "true or false", [this, name, &out](const toml::node& n, const std::string&) {
-                       if (!n.is_boolean()) bad(name, n, "must be true or false, got " + type_name(n));
+                       if (!n.is_boolean()) bad(name, n, "must be true or false, got " + toml_type_name(n));
                        out = n.as_boolean()->get();
                      }});
   }
   void strings(const std::string& name, std::vector<std::string>& out) {
     keys_.push_back({name, "an array of strings", [this, name, &out](const toml::node& n, const std::string&) {
-                       if (!n.is_array()) bad(name, n, "must be an array of strings, got " + type_name(n));
+                       if (!n.is_array()) bad(name, n, "must be an array of strings, got " + toml_type_name(n));
                        out.clear();
                        for (const toml::node& e : *n.as_array()) {
-                         if (!e.is_string()) bad(name, e, "must hold strings only, got " + type_name(e));
+                         if (!e.is_string()) bad(name, e, "must hold strings only, got " + toml_type_name(e));
                          out.push_back(e.as_string()->get());
                        }
                      }});
@@ -86,10 +71,10 @@ class Reader {
   // A table of string values (labels, env, subnets): its keys are the user's.
   void string_map(const std::string& name, std::map<std::string, std::string>& out) {
     keys_.push_back({name, "a table of strings", [this, name, &out](const toml::node& n, const std::string&) {
-                       if (!n.is_table()) bad(name, n, "must be a table of strings, got " + type_name(n));
+                       if (!n.is_table()) bad(name, n, "must be a table of strings, got " + toml_type_name(n));
                        for (const auto& [k, v] : *n.as_table()) {
                          if (!v.is_string())
-                           bad(name + "." + std::string(k.str()), v, "must be a string, got " + type_name(v));
+                           bad(name + "." + std::string(k.str()), v, "must be a string, got " + toml_type_name(v));
                          out[std::string(k.str())] = v.as_string()->get();
                        }
                      }});
@@ -98,7 +83,7 @@ class Reader {
   void overrides(const std::string& name, ConfigOverrides& out) {
     keys_.push_back({name, "a table of run configuration keys", [this, name, &out](const toml::node& n,
                                                                                    const std::string&) {
-                       if (!n.is_table()) bad(name, n, "must be a table of run configuration keys, got " + type_name(n));
+                       if (!n.is_table()) bad(name, n, "must be a table of run configuration keys, got " + toml_type_name(n));
                        for (const auto& [k, v] : *n.as_table()) {
                          const std::string key(k.str());
                          std::string text;
@@ -119,7 +104,7 @@ class Reader {
                              text += (text.empty() ? "" : ",") + std::string(e.as_string()->get());
                            }
                          } else {
-                           bad(name + ".\"" + key + "\"", v, "must be a value, got " + type_name(v) +
+                           bad(name + ".\"" + key + "\"", v, "must be a value, got " + toml_type_name(v) +
                                                                " (write run-config keys quoted: \"train.steps\" = 100)");
                          }
                          out.emplace_back(key, text);
@@ -163,12 +148,12 @@ class Reader {
         continue;
       }
       if (is_table_prefix(name)) {
-        if (!v.is_table()) bad(name, v, "must be the table [" + name + "], got " + type_name(v));
+        if (!v.is_table()) bad(name, v, "must be the table [" + name + "], got " + toml_type_name(v));
         walk(*v.as_table(), name);
         continue;
       }
       const std::string where = prefix.empty() ? "at the top level" : "in [" + prefix + "]";
-      fail(file_, ": unknown key '", name, "'", line_of(v), " (known ", where, ": ", known_under(prefix), ")");
+      fail(file_, ": unknown key '", name, "'", toml_line_text(v), " (known ", where, ": ", known_under(prefix), ")");
     }
   }
 

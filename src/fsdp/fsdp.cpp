@@ -71,24 +71,22 @@ std::vector<float> Fsdp::gather_unit(int u) {
   return v;
 }
 
-void Fsdp::download_shard_into(int u, ShardState which, float* host) {
-  if (which == ShardState::Grad) sync_grads();
-  const UnitState& s = units_.at(u);
-  be_.download(host, which == ShardState::Master ? s.master
-                     : which == ShardState::Grad ? s.grad
-                     : which == ShardState::AdamM ? s.m
-                                                  : s.v);
+Tensor& Fsdp::state_tensor(int u, ShardState which) {
+  if (which == ShardState::Grad) sync_grads();  // a complete gradient
+  UnitState& s = units_.at(u);
+  switch (which) {
+    case ShardState::Master: return s.master;
+    case ShardState::Grad: return s.grad;
+    case ShardState::AdamM: return s.m;
+    default: return s.v;
+  }
 }
 
+void Fsdp::download_shard_into(int u, ShardState which, float* host) { be_.download(host, state_tensor(u, which)); }
+
 std::vector<float> Fsdp::download_shard(int u, ShardState which) {
-  if (which == ShardState::Grad) sync_grads();
-  const UnitState& s = units_.at(u);
-  const Tensor& t = which == ShardState::Master ? s.master
-                    : which == ShardState::Grad ? s.grad
-                    : which == ShardState::AdamM ? s.m
-                                                 : s.v;
   std::vector<float> v(plan_.shard_numel(u));
-  be_.download(v.data(), t);
+  download_shard_into(u, which, v.data());
   return v;
 }
 
@@ -96,13 +94,8 @@ void Fsdp::upload_shard(int u, ShardState which, const std::vector<float>& value
   ST_CHECK(values.size() == plan_.shard_numel(u), "unit '", layout_.unit(u).name, "': a shard of ",
            plan_.shard_numel(u), " values expected, got ", values.size());
   UnitState& s = units_.at(u);
-  if (which == ShardState::Grad) sync_grads();
-  if (which == ShardState::Master && s.refs == 0) drop_full(s);
-  Tensor& t = which == ShardState::Master ? s.master
-              : which == ShardState::Grad ? s.grad
-              : which == ShardState::AdamM ? s.m
-                                           : s.v;
-  be_.upload(t, values.data());
+  if (which == ShardState::Master && s.refs == 0) drop_full(s);  // its gathered copy is stale
+  be_.upload(state_tensor(u, which), values.data());
 }
 
 void Fsdp::zero_grads() {

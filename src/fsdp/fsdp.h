@@ -118,6 +118,7 @@ class Fsdp final : public ParamProvider {
     bool sync = true;         // replica_sync_ when it started
     bool replicating = false;
   };
+  Tensor& state_tensor(int u, ShardState which);  // the shard tensor of `which` (gradient synced)
   void start_gather(int u);
   void drop_full(UnitState& s);          // frees the gathered weights once no collective uses them
   bool retire(Reduction& r);             // advances one stage; true when it is complete

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "io/hf_checkpoint.h"
 #include "train/metrics.h"
+#include "train/toml_text.h"
 
 namespace st {
 
@@ -236,29 +237,6 @@ std::string expected_text(const Key& k) {
   }
 }
 
-std::string toml_type_name(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a floating-point number";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::date: return "a date";
-    case toml::node_type::time: return "a time";
-    case toml::node_type::date_time: return "a date-time";
-    default: return "nothing";
-  }
-}
-
-// " (line 4)" after a message, or " at line 4" inside one; empty when unknown.
-std::string line_text(const toml::node& n) {
-  return n.source().begin.line ? " (line " + std::to_string(n.source().begin.line) + ")" : "";
-}
-std::string at_line(const toml::node& n) {
-  return n.source().begin.line ? " at line " + std::to_string(n.source().begin.line) : "";
-}
-
 // Integer range checks that belong to the type (32-bit fields; a seed TOML can hold).
 bool fits_field(const Field& f, long long v) {
   if (f.index() == 0) return v >= INT_MIN && v <= INT_MAX;
@@ -269,7 +247,7 @@ bool fits_field(const Field& f, long long v) {
 // Stores TOML value `v` into the field of `k`; errors name the file, the key and the line.
 void set_from_toml(RunConfig& cfg, const Key& k, const toml::node& v, const std::string& file) {
   auto wrong_type = [&](const std::string& got) {
-    fail(file, ": key '", k.name, "' must be ", expected_text(k), ", got ", got, line_text(v));
+    fail(file, ": key '", k.name, "' must be ", expected_text(k), ", got ", got, toml_line_text(v));
   };
   std::visit(
       [&](auto get) {
@@ -410,15 +388,15 @@ void read_toml(const std::string& path, RunConfig& cfg, Origins& origins) {
   for (const auto& [sec_key, sec_node] : root) {
     const std::string sec(sec_key.str());
     const bool known = !known_keys_in(sec).empty();
-    if (!known && !sec_node.is_table()) fail_unknown(path, sec, at_line(sec_node));  // keys live in [sections]
+    if (!known && !sec_node.is_table()) fail_unknown(path, sec, toml_at_line(sec_node));  // keys live in [sections]
     if (!known)
-      fail(path, ": unknown section [", sec, "]", at_line(sec_node), " (known sections: ", known_sections(), ")");
+      fail(path, ": unknown section [", sec, "]", toml_at_line(sec_node), " (known sections: ", known_sections(), ")");
     if (!sec_node.is_table())
-      fail(path, ": '", sec, "' must be the section [", sec, "], got ", toml_type_name(sec_node), line_text(sec_node));
+      fail(path, ": '", sec, "' must be the section [", sec, "], got ", toml_type_name(sec_node), toml_line_text(sec_node));
     for (const auto& [key, node] : *sec_node.as_table()) {
       const std::string name = sec + "." + std::string(key.str());
       const Key* k = find_key(name);
-      if (!k) fail_unknown(path, name, at_line(node));
+      if (!k) fail_unknown(path, name, toml_at_line(node));
       set_from_toml(cfg, *k, node, path);
       origins[name] = {path, static_cast<long>(node.source().begin.line)};
     }
