@@ -88,6 +88,14 @@ class Backend {
   // dinp (N,C) +=, dweight (C) +=.
   virtual void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
                                 Tensor rstd, int N, int C) = 0;
+  // The residual add fused into the norm that follows it: sum (N,C) = a + b, then
+  // out, rstd = rmsnorm(sum). The norm reads the rounded sum, so the result equals
+  // add() followed by rmsnorm_forward() bit for bit.
+  virtual void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, int N,
+                                   int C, float eps) {
+    add(sum, a, b, static_cast<size_t>(N) * C);
+    rmsnorm_forward(out, rstd, sum, weight, N, C, eps);
+  }
 
   // ---- linear: out (N,OC) = inp (N,IC) · weight (OC,IC)ᵀ + bias (OC, may be empty) -
   virtual void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) = 0;
@@ -128,6 +136,13 @@ class Backend {
   // ---- optimizer: AdamW with decoupled weight decay and bias correction ---------
   // param, grad, m, v (n) are F32. Caller passes weight_decay = 0 for no-decay spans.
   virtual void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) = 0;
+  // adamw, then copy (n, any float dtype) = the updated param converted, in one pass
+  // where the backend can (the compute-dtype copy of the shard that gathers read).
+  virtual void adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
+                          const AdamWParams& p) {
+    adamw(param, grad, m, v, n, p);
+    this->copy(copy.slice(0, n), param.slice(0, n));
+  }
 };
 
 // The CPU reference backend (OpenBLAS GEMMs, fp32 and fp64).

@@ -1,5 +1,6 @@
 #include "deploy/render.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "core/error.h"
@@ -12,12 +13,6 @@ const char* kConfigDir = "/etc/shardtrain";
 const char* kDriver = "/opt/shardtrain/ray_driver.py";
 const char* kGpuLabel = "nvidia.com/gpu.present";
 const char* kNodeGroupLabel = "eks.amazonaws.com/nodegroup";
-
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string s;
-  for (const std::string& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
-}
 
 ojson labels(const ClusterSpec& s) {
   return {{"app.kubernetes.io/name", "shardtrain"}, {"app.kubernetes.io/instance", s.job_name}};
@@ -114,6 +109,9 @@ ojson worker_pod_spec(const ClusterSpec& s, const std::vector<std::string>& comm
                           {"topologyKey", "kubernetes.io/hostname"}}})}}}}},
       {"containers", ojson::array({container})},
       {"volumes", volumes},
+      // SIGTERM first: the run saves a checkpoint within run.term_grace_s; the
+      // kubelet's SIGKILL comes 15 s after that.
+      {"terminationGracePeriodSeconds", static_cast<int64_t>(std::ceil(s.run.run.term_grace_s)) + 15},
   };
 }
 

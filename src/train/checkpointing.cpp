@@ -1,6 +1,8 @@
 #include "train/checkpointing.h"
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <thread>
@@ -9,6 +11,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "io/files.h"
 #include "io/safetensors.h"
 
 namespace st {
@@ -55,12 +58,32 @@ struct CheckpointWriter::State {
 
 CheckpointWriter::~CheckpointWriter() {
   join();
+  if (reserver_.joinable()) reserver_.join();
   if (host_ && host_pinned_) host_owner_->free_host(host_);
   else std::free(host_);
 }
 
 void CheckpointWriter::join() {
   if (state_ && state_->thread.joinable()) state_->thread.join();
+}
+
+void CheckpointWriter::ensure_host(Backend& owner, size_t floats) {
+  if (host_floats_ >= floats) return;
+  if (host_ && host_pinned_) host_owner_->free_host(host_);
+  else std::free(host_);
+  host_owner_ = &owner;
+  host_ = static_cast<float*>(host_owner_->alloc_host(floats * sizeof(float)));
+  host_pinned_ = host_ != nullptr;
+  if (!host_) host_ = static_cast<float*>(std::malloc(floats * sizeof(float)));
+  host_floats_ = host_ ? floats : 0;
+}
+
+void CheckpointWriter::reserve(Fsdp& fsdp, Comm* replicate) {
+  if (reserver_.joinable() || pending_) return;
+  if (replicate && replicate->rank() != 0) return;  // another replica writes this shard
+  const size_t floats = 3 * fsdp.plan().total_shard_numel();
+  Backend& owner = fsdp.backend();
+  reserver_ = std::thread([this, &owner, floats] { ensure_host(owner, floats); });
 }
 
 void CheckpointWriter::begin(const CheckpointSave& w, const ModelConfig& model, Fsdp& fsdp, Comm& world, Comm& shard,
@@ -92,16 +115,9 @@ void CheckpointWriter::begin(const CheckpointSave& w, const ModelConfig& model, 
   if (replicate && replicate->rank() != 0) return;  // another replica writes this shard
   // The copy to host memory is all that holds training up.
   const size_t floats = 3 * plan.total_shard_numel();
-  if (host_floats_ < floats) {
-    if (host_ && host_pinned_) host_owner_->free_host(host_);
-    else std::free(host_);
-    host_owner_ = &fsdp.backend();
-    host_ = static_cast<float*>(host_owner_->alloc_host(floats * sizeof(float)));
-    host_pinned_ = host_ != nullptr;
-    if (!host_) host_ = static_cast<float*>(std::malloc(floats * sizeof(float)));
-    ST_CHECK(host_, "checkpoint: cannot allocate ", floats * sizeof(float), " bytes of host memory for the shards");
-    host_floats_ = floats;
-  }
+  if (reserver_.joinable()) reserver_.join();
+  ensure_host(fsdp.backend(), floats);
+  ST_CHECK(host_, "checkpoint: cannot allocate ", floats * sizeof(float), " bytes of host memory for the shards");
   std::vector<std::pair<std::string, std::pair<float*, size_t>>> pieces;  // name -> (data, floats)
   float* at = host_;
   for (int u = 0; u < plan.num_units(); ++u)
@@ -116,6 +132,9 @@ void CheckpointWriter::begin(const CheckpointSave& w, const ModelConfig& model, 
   // The host copy stays untouched until this thread is done: the next save joins it first.
   st->thread = std::thread([st, pieces, file, rank, step] {
     try {
+      // Test-only: a slow disk (SHARDTRAIN_TEST_SAVE_DELAY_S), for the grace-period test.
+      if (const char* d = std::getenv("SHARDTRAIN_TEST_SAVE_DELAY_S"))
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(d)));
       std::vector<TensorToWrite> tensors;
       for (const auto& [name, piece] : pieces)
         tensors.push_back({name, DType::F32, {static_cast<int64_t>(piece.second)}, piece.first});
@@ -124,7 +143,7 @@ void CheckpointWriter::begin(const CheckpointSave& w, const ModelConfig& model, 
                         {{"format", "shardtrain-checkpoint-shard"}, {"shard_rank", std::to_string(rank)},
                          {"shard_world", std::to_string(st->shard_world)}, {"step", std::to_string(step)}});
       // Rank 0 puts every file's hash into the manifest: each writer leaves its own.
-      std::ofstream(path + ".xxh3") << file_xxh3(path) << " " << fs::file_size(path) << "\n";
+      write_text_atomic(path + ".xxh3", file_xxh3(path) + " " + std::to_string(fs::file_size(path)) + "\n");
     } catch (const std::exception& e) {
       st->error = e.what();
     }
@@ -142,9 +161,14 @@ std::string CheckpointWriter::poll(Comm& world, bool wait) {
   if (busy > 0) return "";
   join();
   pending_ = false;
-  all_or_none(
-      world, [&] { if (!st->error.empty()) throw Error(st->error); },
-      "checkpoint: another rank failed writing its shard into " + st->tmp);
+  const double failed = world.all_reduce_sum(st->error.empty() ? 0.0 : 1.0);
+  if (failed > 0) {
+    // Nothing of it is usable: free the space (a full disk is the usual cause).
+    std::error_code ec;
+    if (world.rank() == 0) fs::remove_all(st->tmp, ec);
+    if (!st->error.empty()) throw Error(st->error);
+    fail("checkpoint: another rank failed writing its shard into ", st->tmp);
+  }
   all_or_none(
       world,
       [&] {

@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -43,9 +46,17 @@ MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
 
 void MetricsLog::write(const nlohmann::json& record) {
   if (!out_.is_open()) return;
+  const std::streampos before = out_.tellp();
   out_ << record.dump() << '\n';
   out_.flush();
-  ST_CHECK(out_, "writing metrics file '", path_, "' failed");
+  if (!out_) {
+    // A full disk: cut the partial line off, so the file stays whole lines.
+    const int err = errno;
+    out_.close();
+    std::error_code ec;
+    if (before >= 0) std::filesystem::resize_file(path_, static_cast<uintmax_t>(before), ec);
+    fail("writing metrics file '", path_, "' failed: ", std::strerror(err ? err : EIO));
+  }
 }
 
 void MetricsLog::write_step(const StepMetrics& m) {

@@ -167,6 +167,16 @@ const std::vector<Key>& schema() {
         {"run.resume", field<&RunConfig::run, &RunOptions::resume>(),
          "auto: continue from the newest complete checkpoint in run.checkpoint_dir if there is one; none: start "
          "afresh; or a step-N checkpoint directory (at any world size)"},
+        {"run.term_grace_s", field<&RunConfig::run, &RunOptions::term_grace_s>(),
+         "seconds a stop by SIGTERM/SIGINT may take to save its checkpoint (the pod's terminationGracePeriodSeconds "
+         "should be larger); past it the run exits without the save, the last complete checkpoint stays",
+         above(0)},
+        {"run.profile", field<&RunConfig::run, &RunOptions::profile>(),
+         "time every op over a window of steps (CUDA events on a GPU) and print a table; also <run.out_dir>/profile.json"},
+        {"run.profile_warmup", field<&RunConfig::run, &RunOptions::profile_warmup>(),
+         "steps run before the profile window opens", at_least(0)},
+        {"run.profile_steps", field<&RunConfig::run, &RunOptions::profile_steps>(), "steps in the profile window",
+         at_least(1)},
     };
   }();
   return keys;

@@ -38,6 +38,10 @@ struct RunOptions {                // [run]
   std::string checkpoint_dir;      // "" = <out_dir>/checkpoints
   int keep_last = 2;               // complete checkpoints kept (0 = all)
   std::string resume = "auto";     // auto (the newest checkpoint, else a fresh start) | none | a step-N directory
+  double term_grace_s = 30;        // after SIGTERM/SIGINT, the save must be done within this (then exit anyway)
+  bool profile = false;            // time each op over a window of steps and print the table
+  int profile_warmup = 3;          // steps before the profile window
+  int profile_steps = 5;           // steps in the profile window
 };
 
 // Every section, each a struct owned by the component that reads it; the trainer

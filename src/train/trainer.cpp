@@ -1,6 +1,12 @@
 #include "train/trainer.h"
 
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
+#include <ctime>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -22,6 +28,7 @@ namespace {
 // SIGTERM (what Kubernetes and a spot interruption send) or SIGINT: the first asks
 // the run to stop at the next step boundary; a second one stops it at once.
 volatile std::sig_atomic_t g_stop_signal = 0;
+volatile std::sig_atomic_t g_stop_at_s = 0;  // CLOCK_MONOTONIC seconds of the first signal
 
 void on_stop_signal(int sig) {
   if (g_stop_signal != 0) {
@@ -29,8 +36,53 @@ void on_stop_signal(int sig) {
     std::raise(sig);
     return;
   }
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  g_stop_at_s = static_cast<std::sig_atomic_t>(ts.tv_sec);
   g_stop_signal = sig;
 }
+
+double monotonic_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// run.term_grace_s: once the ranks stop for a signal, the save must be complete
+// within the grace period counted from the signal (Kubernetes kills the pod at its
+// terminationGracePeriodSeconds). Past it this exits the process with 128 + the
+// signal, after `on_expiry` (the summary); the unfinished step-N.tmp is never chosen
+// by resume=auto, so the last complete checkpoint stays the one to resume from.
+class GraceWatchdog {
+ public:
+  GraceWatchdog(double deadline_s, int sig, std::function<void()> on_expiry)
+      : thread_([this, deadline_s, sig, on_expiry = std::move(on_expiry)] {
+          std::unique_lock<std::mutex> lock(mu_);
+          while (!done_) {
+            const double left = deadline_s - monotonic_s();
+            if (left <= 0) {
+              on_expiry();
+              std::fflush(nullptr);
+              std::_Exit(128 + sig);
+            }
+            cv_.wait_for(lock, std::chrono::duration<double>(left));
+          }
+        }) {}
+  ~GraceWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 // Installs the handlers for the run's duration.
 struct StopSignals {
@@ -306,6 +358,7 @@ TrainResult Trainer::run(bool verbose) {
   StopSignals signals;
   int stopped_by = 0;
   CheckpointWriter writer;
+  if (cfg_.run.checkpoint_every > 0 && !checkpoint_dir().empty()) writer.reserve(*fsdp_, replicate_);
   for (int s = start; s < cfg_.train.steps; ++s) {
     const StepMetrics m = step(s);
     r.losses.push_back(m.loss);
@@ -315,7 +368,35 @@ TrainResult Trainer::run(bool verbose) {
     test_fault(comm_.rank(), m.step);
     // The ranks agree at every step boundary whether any of them was told to stop.
     const bool stop = comm_.all_reduce_sum(g_stop_signal != 0 ? 1.0 : 0.0) > 0;
-    if (stop) stopped_by = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
+    std::unique_ptr<GraceWatchdog> watchdog;
+    if (stop) {
+      stopped_by = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
+      // Counted from this rank's signal (or from now, where another rank got it).
+      const double since = g_stop_signal != 0 ? static_cast<double>(g_stop_at_s) : monotonic_s();
+      const int done = m.step;
+      watchdog = std::make_unique<GraceWatchdog>(since + cfg_.run.term_grace_s, stopped_by, [this, out, done,
+                                                                                                 stopped_by] {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%g", cfg_.run.term_grace_s);
+        std::fprintf(stderr,
+                     "shardtrain: error: run.term_grace_s = %s s passed since signal %d before the checkpoint of "
+                     "step %d was complete; exiting without it (resume=auto takes the last complete checkpoint)\n",
+                     buf, stopped_by, done);
+        if (out) {
+          try {
+            write_text_atomic(cfg_.run.out_dir + "/summary.json",
+                              nlohmann::json{{"interrupted", true},
+                                             {"signal", stopped_by},
+                                             {"steps_done", done},
+                                             {"steps", cfg_.train.steps},
+                                             {"checkpoint", ""},
+                                             {"checkpoint_incomplete", "term_grace_s passed"}}
+                                      .dump(1) + "\n");
+          } catch (const std::exception&) {
+          }
+        }
+      });
+    }
     const size_t step1_peak = s == first ? be_.peak_allocated_bytes() : 0;
     if (s == first) be_.reset_peak_allocated();  // the first step's transient set-up is not the steady state
     const int every = cfg_.run.checkpoint_every;

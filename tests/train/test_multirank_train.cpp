@@ -186,6 +186,68 @@ TEST(MultiRankTraining, SigtermLeavesACheckpointAndAnInterruptedSummary) {
   EXPECT_TRUE(fs::exists(out / "checkpoints" / ("step-" + std::to_string(done)) / "manifest.json")) << summary;
 }
 
+// A save that cannot finish within run.term_grace_s (a slow disk, simulated by a
+// test-only delay in the writer): the run exits 143 when the grace period is over,
+// saying so, and leaves no complete checkpoint that resume=auto could take.
+TEST(MultiRankTraining, ASaveSlowerThanTheGracePeriodIsAbandoned) {
+  const fs::path out = temp("grace");
+  const std::string cmd = std::string("SHARDTRAIN_TEST_SAVE_DELAY_S=60 ") + SHARDTRAIN_BINARY + " train" + kModel +
+                          " --train.steps=100000 --train.micro_batch=8 --run.checkpoint_every=100000"
+                          " --run.term_grace_s=2 --run.out_dir=" + out.string();
+  const Result r = sh("{ " + cmd + " & pid=$!; sleep 2; kill -TERM $pid; wait $pid; }");
+  EXPECT_EQ(r.code, 143) << r.out;
+  EXPECT_NE(r.out.find("run.term_grace_s = 2 s passed since signal 15"), std::string::npos) << r.out;
+  EXPECT_LT(r.seconds, 30) << r.out;
+  EXPECT_FALSE(fs::exists(out / "checkpoints" / "latest")) << r.out;
+  std::ifstream in(out / "summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  EXPECT_TRUE(summary["interrupted"].get<bool>()) << summary;
+  EXPECT_EQ(summary["checkpoint"], "") << summary;
+}
+
+// A disk that fills up mid-run (a small tmpfs): the save that does not fit stops the
+// run with an error naming the file; the checkpoints before it stay complete and
+// loadable, and metrics.jsonl holds whole lines only.
+TEST(MultiRankTraining, AFullDiskStopsTheRunAndKeepsTheLastCheckpoint) {
+  const fs::path disk = temp("full_disk");
+  fs::create_directories(disk);
+  // The tiny model's checkpoint is 1.4 MB; 4 MB holds two and most of a third.
+  const Result m = sh("mount -t tmpfs -o size=4m shardtrain-test " + disk.string() + " 2>&1");
+  if (m.code != 0) GTEST_SKIP() << "cannot mount a small tmpfs here (needs root): " << m.out;
+  struct Unmount {
+    fs::path p;
+    ~Unmount() { st::testing::run_shell("umount " + p.string()); }
+  } unmount{disk};
+  const fs::path out = disk / "run";
+  const Result r = sh(std::string(SHARDTRAIN_BINARY) + " train" + kModel +
+                      " --train.steps=40 --train.micro_batch=8 --run.checkpoint_every=2 --run.keep_last=0"
+                      " --run.out_dir=" + out.string());
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(out.string()), std::string::npos) << r.out;  // names the path
+  EXPECT_NE(r.out.find("No space left on device"), std::string::npos) << r.out;
+  // Whole lines only, each valid JSON.
+  std::ifstream in(out / "metrics.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    EXPECT_NO_THROW((void)nlohmann::json::parse(line)) << line;
+    ++lines;
+  }
+  EXPECT_GT(lines, 0);
+  // The newest complete checkpoint resumes (on a roomier disk: a copy of it).
+  std::ifstream latest(out / "checkpoints" / "latest");
+  std::string name;
+  ASSERT_TRUE(std::getline(latest, name)) << r.out;
+  const fs::path copy = temp("full_disk_resume");
+  fs::create_directories(copy);
+  fs::copy(out / "checkpoints" / name, copy / name, fs::copy_options::recursive);
+  const Result again = sh(std::string(SHARDTRAIN_BINARY) + " train" + kModel +
+                          " --train.steps=40 --train.micro_batch=8 --run.resume=" + (copy / name).string() +
+                          " --run.out_dir=" + (copy / "run").string());
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_NE(again.out.find("resumed: "), std::string::npos) << again.out;
+}
+
 TEST(MultiRankTraining, ARankThatDiesStopsTheLaunchNamingIt) {
   const fs::path out = temp("dies");
   const std::string train_cmd = std::string(SHARDTRAIN_BINARY) + " train" + kModel +
