@@ -18,6 +18,7 @@ Fsdp::Fsdp(const ShardPlan& plan, Backend& backend, Comm& comm, Comm* replicate,
     s.grad = be_.alloc(DType::F32, n);
     s.m = be_.alloc(DType::F32, n);
     s.v = be_.alloc(DType::F32, n);
+    if (opt_.compute_dtype != DType::F32) s.low = be_.alloc(opt_.compute_dtype, n);
     s.spans = plan.decay_spans(u, comm.rank());
     units_.push_back(s);
   }
@@ -35,7 +36,7 @@ Fsdp::~Fsdp() {
     for (Tensor* t : {&r.full_grad, &r.part})
       if (!t->empty()) be_.free(*t);
   for (auto& s : units_)
-    for (Tensor* t : {&s.master, &s.grad, &s.m, &s.v, &s.full, &s.full_grad})
+    for (Tensor* t : {&s.master, &s.grad, &s.m, &s.v, &s.low, &s.full, &s.full_grad})
       if (!t->empty()) be_.free(*t);
 }
 
@@ -45,7 +46,12 @@ void Fsdp::init_weights(uint64_t seed, double std) {
     std::vector<float> v(r.size());
     init_unit_values(layout_.unit(u), seed, std, r.begin, r.end, v.data());
     be_.upload(units_[u].master, v.data());
+    refresh_low(units_[u]);
   }
+}
+
+void Fsdp::refresh_low(UnitState& s) {
+  if (!s.low.empty()) be_.copy(s.low, s.master);
 }
 
 void Fsdp::load_unit(int u, const std::vector<float>& values) {
@@ -58,6 +64,7 @@ void Fsdp::load_unit(int u, const std::vector<float>& values) {
   UnitState& s = units_[u];
   if (s.refs == 0) drop_full(s);  // stale now (before the upload: an in-flight gather reads master)
   be_.upload(s.master, shard.data());
+  refresh_low(s);
 }
 
 std::vector<float> Fsdp::gather_unit(int u) {
@@ -96,6 +103,7 @@ void Fsdp::upload_shard(int u, ShardState which, const std::vector<float>& value
   UnitState& s = units_.at(u);
   if (which == ShardState::Master && s.refs == 0) drop_full(s);  // its gathered copy is stale
   be_.upload(state_tensor(u, which), values.data());
+  if (which == ShardState::Master) refresh_low(s);
 }
 
 void Fsdp::zero_grads() {
@@ -120,10 +128,14 @@ void Fsdp::track_gathered() {
 // collective never reads the master weights the optimizer updates).
 void Fsdp::start_gather(int u) {
   UnitState& s = units_[u];
+  if (alone()) {  // the shard is the whole (padded) unit: lend it, nothing to gather
+    s.full = compute_shard(s);
+    return;
+  }
   const size_t n = plan_.shard_numel(u);
   s.full = be_.alloc(opt_.compute_dtype, plan_.padded_numel(u));
   Tensor mine = s.full.slice(static_cast<size_t>(comm_.rank()) * n, n);
-  be_.copy(mine, s.master);
+  be_.copy(mine, compute_shard(s));
   s.gathering = comm_.all_gather_async(s.full, mine, n);
   s.gather_pending = true;
   track_gathered();
@@ -131,6 +143,10 @@ void Fsdp::start_gather(int u) {
 
 void Fsdp::drop_full(UnitState& s) {
   if (s.full.empty()) return;
+  if (alone()) {  // lent, not owned
+    s.full = Tensor{};
+    return;
+  }
   if (s.gather_pending) {
     s.gather_pending = false;
     comm_.wait(s.gathering);  // a prefetch nobody acquired: its collective still writes here
@@ -162,6 +178,7 @@ void Fsdp::release(int u, Pass pass) {
 
 Tensor Fsdp::grad(int u) {
   UnitState& s = units_.at(u);
+  if (alone()) return s.grad;  // accumulated in place: the shard is the whole unit
   if (s.full_grad.empty()) {
     s.full_grad = be_.alloc(DType::F32, plan_.padded_numel(u));
     track_gathered();
@@ -171,6 +188,7 @@ Tensor Fsdp::grad(int u) {
 
 void Fsdp::grad_ready(int u) {
   UnitState& s = units_.at(u);
+  if (alone()) return;
   ST_CHECK(!s.full_grad.empty(), "unit '", layout_.unit(u).name, "' has no gradient to reduce");
   const size_t n = plan_.shard_numel(u);
   // An older reduction of this unit (previous micro-batch) must have reached the shard
@@ -268,8 +286,13 @@ void Fsdp::step(const AdamWParams& params) {
     for (const DecaySpan& sp : s.spans) {
       AdamWParams p = params;
       if (!sp.decay) p.weight_decay = 0;
-      be_.adamw(s.master.slice(sp.offset, sp.numel), s.grad.slice(sp.offset, sp.numel),
-                s.m.slice(sp.offset, sp.numel), s.v.slice(sp.offset, sp.numel), sp.numel, p);
+      if (s.low.empty())
+        be_.adamw(s.master.slice(sp.offset, sp.numel), s.grad.slice(sp.offset, sp.numel),
+                  s.m.slice(sp.offset, sp.numel), s.v.slice(sp.offset, sp.numel), sp.numel, p);
+      else  // the update and the compute-dtype copy in one pass
+        be_.adamw_copy(s.master.slice(sp.offset, sp.numel), s.grad.slice(sp.offset, sp.numel),
+                       s.m.slice(sp.offset, sp.numel), s.v.slice(sp.offset, sp.numel),
+                       s.low.slice(sp.offset, sp.numel), sp.numel, p);
     }
   }
 }
@@ -280,6 +303,7 @@ FsdpMemory Fsdp::memory() const {
     m.master_bytes += s.master.bytes();
     m.grad_bytes += s.grad.bytes();
     m.optimizer_bytes += s.m.bytes() + s.v.bytes();
+    m.master_bytes += s.low.empty() ? 0 : s.low.bytes();
   }
   m.gathered_peak_bytes = gathered_peak_;
   return m;

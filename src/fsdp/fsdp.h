@@ -36,6 +36,10 @@ struct FsdpOptions {
   // Free a unit's gathered weights after its forward and gather again for backward
   // (saves memory, costs one more all-gather per unit).
   bool reshard_after_forward = true;
+  // One rank and no replicas: the model reads the shards in place and accumulates
+  // into the gradient shard (no gather, cast or reduction). False takes the general
+  // path anyway (tests of it).
+  bool in_place_when_alone = true;
 };
 
 struct FsdpMemory {
@@ -100,6 +104,10 @@ class Fsdp final : public ParamProvider {
  private:
   struct UnitState {
     Tensor master, grad, m, v;      // (shard) f32
+    // (shard) the master weights in the compute dtype, written by the optimizer step
+    // (one pass with the update), so gathers read it without a cast; empty when the
+    // compute dtype is f32 (they read `master`).
+    Tensor low;
     Tensor full;                    // (padded) compute dtype, while gathered
     Tensor full_grad;               // (padded) f32, while this micro-batch accumulates
     CommWork gathering;             // the all-gather filling `full`, until acquired
@@ -119,6 +127,12 @@ class Fsdp final : public ParamProvider {
     bool replicating = false;
   };
   Tensor& state_tensor(int u, ShardState which);  // the shard tensor of `which` (gradient synced)
+  // What gathers read: `low`, or `master` when the compute dtype is f32.
+  Tensor& compute_shard(UnitState& s) { return s.low.empty() ? s.master : s.low; }
+  void refresh_low(UnitState& s);        // low = master, after master changed other than by step()
+  // One rank, no replicas: the gathered unit is the shard itself and the model
+  // accumulates its gradient straight into `grad` (no gather, cast or reduction).
+  bool alone() const { return opt_.in_place_when_alone && comm_.world() == 1 && !replicate_; }
   void start_gather(int u);
   void drop_full(UnitState& s);          // frees the gathered weights once no collective uses them
   bool retire(Reduction& r);             // advances one stage; true when it is complete

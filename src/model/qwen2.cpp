@@ -75,17 +75,22 @@ void Qwen2Model::forward_blocks(ParamProvider& params) {
     const int u = layout_.layer_unit(l);
     Tensor w = params.acquire(u, Pass::Forward);
     params.prefetch(l + 1 < L_ ? layout_.layer_unit(l + 1) : layout_.final_unit(), Pass::Forward);
-    be_.rmsnorm_forward(ln1_[l], rstd1_[l], resid_[l], w.slice(o.ln1, C), N_, C_, eps_);
+    // The residual add that ends the previous layer is fused into this norm (tmp_
+    // still holds that layer's down projection).
+    if (l == 0)
+      be_.rmsnorm_forward(ln1_[l], rstd1_[l], resid_[l], w.slice(o.ln1, C), N_, C_, eps_);
+    else
+      be_.add_rmsnorm_forward(resid_[l], ln1_[l], rstd1_[l], mid_[l - 1], tmp_, w.slice(o.ln1, C), N_, C_, eps_);
     be_.matmul_forward(qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), N_, C_, QKV_);
     be_.rope_forward(qkv_[l], B_, T_, H_, KV_, hd_, theta_);
     be_.attention_forward(att_[l], lse_[l], qkv_[l], B_, T_, H_, KV_, hd_);
     be_.matmul_forward(tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, N_, H_ * hd_, C_);
-    be_.add(mid_[l], resid_[l], tmp_, N_ * C);
-    be_.rmsnorm_forward(ln2_[l], rstd2_[l], mid_[l], w.slice(o.ln2, C), N_, C_, eps_);
+    be_.add_rmsnorm_forward(mid_[l], ln2_[l], rstd2_[l], resid_[l], tmp_, w.slice(o.ln2, C), N_, C_, eps_);
     be_.matmul_forward(gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, N_, C_, 2 * F_);
     be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
     be_.matmul_forward(tmp_, sw_[l], w.slice(o.down_w, C * F), Tensor{}, N_, F_, C_);
-    be_.add(resid_[l + 1], mid_[l], tmp_, N_ * C);
+    // resid_[l + 1] = mid_[l] + tmp_ is done by the next norm (the next layer's, or
+    // the final one in head()).
     params.release(u, Pass::Forward);
   }
 }
@@ -98,7 +103,11 @@ void Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int i
   Tensor wh = hu == fu ? wf : params.acquire(hu, Pass::Forward);
   if (grad) params.prefetch(layout_.layer_unit(L_ - 1), Pass::Backward);
   Tensor w_lm = wh.slice(layout_.lm_head_offset(), V * C);  // (V, C)
-  be_.rmsnorm_forward(lnf_, rstdf_, resid_[L_], wf.slice(layout_.final_norm_offset(), C), N_, C_, eps_);
+  if (L_ == 0)
+    be_.rmsnorm_forward(lnf_, rstdf_, resid_[L_], wf.slice(layout_.final_norm_offset(), C), N_, C_, eps_);
+  else  // the last layer's residual add, fused
+    be_.add_rmsnorm_forward(resid_[L_], lnf_, rstdf_, mid_[L_ - 1], tmp_, wf.slice(layout_.final_norm_offset(), C),
+                            N_, C_, eps_);
 
   Tensor dw_lm = grad ? params.grad(hu).slice(layout_.lm_head_offset(), V * C) : Tensor{};
   Tensor logits_f32;

@@ -119,7 +119,10 @@ void test_fault(int rank, int step) {
 
 Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
                  std::shared_ptr<const FabricReport> fabric)
-    : cfg_(cfg), be_(backend), comm_(*groups.world), shard_(*groups.shard), replicate_(groups.replicate.get()),
+    : cfg_(cfg),
+      prof_(cfg.run.profile ? std::make_unique<ProfilingBackend>(backend) : nullptr),
+      be_(prof_ ? static_cast<Backend&>(*prof_) : backend),
+      comm_(*groups.world), shard_(*groups.shard), replicate_(groups.replicate.get()),
       fabric_(std::move(fabric)) {
   layout_ = std::make_unique<ParamLayout>(cfg.model);
   plan_ = std::make_unique<ShardPlan>(*layout_, shard_.world());
@@ -149,9 +152,29 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
 
 Trainer::~Trainer() = default;
 
+void Trainer::profile_step(int s, int first, const StepMetrics& m, bool out) {
+  const int open_at = first + cfg_.run.profile_warmup, close_at = open_at + cfg_.run.profile_steps;
+  if (s + 1 == open_at) {  // the window holds the steps after this one
+    prof_->open_window();
+    profile_ms_ = 0;
+    return;
+  }
+  if (!prof_->window_open()) return;
+  prof_->mark_step();
+  profile_ms_ += m.step_s * 1e3;
+  if (s + 1 < close_at && s + 1 < cfg_.train.steps) return;
+  prof_->close_window();
+  const int steps = prof_->steps();
+  const DeviceCeilings c = device_ceilings(be_.name());
+  const double peak = peak_tflops_ > 0 ? peak_tflops_ : c.tflops;
+  const ProfileReport r = prof_->report(profile_ms_ / std::max(steps, 1), peak, c.gbps);
+  if (!out) return;
+  log_info(r.table());
+  write_text_atomic(cfg_.run.out_dir + "/profile.json", r.json().dump(1) + "\n");
+}
+
 std::string Trainer::memory_check_line(size_t measured_peak) const {
-  const size_t cdt = dtype_size(be_.device() == Device::CPU ? DType::F32 : DType::BF16);
-  const GatheredMemory g = plan_->gathered_peak(cdt, cfg_.dist.reshard_after_forward);
+  const GatheredMemory g = gathered_estimate();
   std::string line = "memory in step 1: ";
   if (measured_peak > 0)
     line += "peak " + human_bytes(static_cast<double>(measured_peak)) + " measured, " +
@@ -163,10 +186,18 @@ std::string Trainer::memory_check_line(size_t measured_peak) const {
 
 size_t Trainer::estimated_peak_bytes() const {
   const FsdpMemory mem = fsdp_->memory();
+  return mem.master_bytes + mem.grad_bytes + mem.optimizer_bytes + gathered_estimate().total() +
+         model_->activation_bytes() + be_.workspace_bytes();
+}
+
+GatheredMemory Trainer::gathered_estimate() const {
+  if (comm_.world() == 1 && !replicate_) {
+    GatheredMemory none;
+    none.where = "nothing (one rank: the model reads the shards in place)";
+    return none;
+  }
   const size_t cdt = dtype_size(be_.device() == Device::CPU ? DType::F32 : DType::BF16);
-  return mem.master_bytes + mem.grad_bytes + mem.optimizer_bytes +
-         plan_->gathered_peak(cdt, cfg_.dist.reshard_after_forward).total() + model_->activation_bytes() +
-         be_.workspace_bytes();
+  return plan_->gathered_peak(cdt, cfg_.dist.reshard_after_forward);
 }
 
 void Trainer::print_header() const {
@@ -210,18 +241,18 @@ void Trainer::print_header() const {
   // What this rank holds: its shards for the whole run, and at the worst point of a
   // step the gathered units, the reductions in flight and the activations.
   const FsdpMemory mem = fsdp_->memory();
-  const size_t cdt = dtype_size(be_.device() == Device::CPU ? DType::F32 : DType::BF16);
-  const GatheredMemory gathered = plan_->gathered_peak(cdt, cfg_.dist.reshard_after_forward);
+  const GatheredMemory gathered = gathered_estimate();
   log_info("memory per rank (sharded over " + std::to_string(shard_.world()) + "):");
   auto row = [&](const std::string& what, size_t bytes) {
     std::snprintf(buf, sizeof buf, "  %-58s %12s", what.c_str(), human_bytes(static_cast<double>(bytes)).c_str());
     log_info(buf);
   };
-  row("weights (fp32 master shard)", mem.master_bytes);
+  row(be_.device() == Device::CPU ? "weights (fp32 master shard)" : "weights (fp32 master shard + its bf16 copy)",
+      mem.master_bytes);
   row("gradients (fp32 shard)", mem.grad_bytes);
   row("optimizer state (fp32 AdamW m and v)", mem.optimizer_bytes);
   log_info("  gathered at the peak: " + gathered.where);
-  row("  unit weights (computing + prefetched)", gathered.weights);
+  if (gathered.weights) row("  unit weights (computing + prefetched)", gathered.weights);
   if (gathered.held_tied_embedding) row("  tied embedding (held from forward to backward)", gathered.held_tied_embedding);
   if (gathered.grads) row("  unit gradients (fp32, accumulating)", gathered.grads);
   if (gathered.in_flight) row("  reduction in flight (fp32 input + shard)", gathered.in_flight);
@@ -359,12 +390,14 @@ TrainResult Trainer::run(bool verbose) {
   int stopped_by = 0;
   CheckpointWriter writer;
   if (cfg_.run.checkpoint_every > 0 && !checkpoint_dir().empty()) writer.reserve(*fsdp_, replicate_);
+  if (prof_ && cfg_.run.profile_warmup == 0) prof_->open_window(), profile_ms_ = 0;
   for (int s = start; s < cfg_.train.steps; ++s) {
     const StepMetrics m = step(s);
     r.losses.push_back(m.loss);
     r.grad_norms.push_back(m.grad_norm);
     if (s > first) timed_tokens += m.tokens_per_s * m.step_s, timed_s += m.step_s;  // the first step warms up
     if (metrics) metrics->write_step(m);
+    if (prof_) profile_step(s, first, m, out);
     test_fault(comm_.rank(), m.step);
     // The ranks agree at every step boundary whether any of them was told to stop.
     const bool stop = comm_.all_reduce_sum(g_stop_signal != 0 ? 1.0 : 0.0) > 0;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/profiler.h"
 #include "data/source.h"
 #include "comm/comm.h"
 #include "comm/process_groups.h"
@@ -39,6 +40,7 @@ class Trainer {
   void print_header() const;
   // What the memory table adds up to: shards, the gathered peak, activations, workspace.
   size_t estimated_peak_bytes() const;
+  GatheredMemory gathered_estimate() const;  // gathered units at the peak of a step
   // "memory in step 1: peak X measured, Y estimated; gathered units ..." (rank 0 prints it).
   std::string memory_check_line(size_t measured_peak) const;
   // One optimizer step (0-based); returns its metrics.
@@ -57,8 +59,12 @@ class Trainer {
  private:
   // Loads the checkpoint run.resume names (collective); returns the steps already done.
   int resume();
+  // run.profile: opens, counts and closes the window around step s; prints the table.
+  void profile_step(int s, int first, const StepMetrics& m, bool out);
 
   RunConfig cfg_;
+  // run.profile: every op goes through this timing wrapper of the backend.
+  std::unique_ptr<ProfilingBackend> prof_;
   Backend& be_;
   Comm& comm_;   // the whole world: data positions, loss and token counts
   Comm& shard_;  // the ranks that shard the model together
@@ -77,6 +83,7 @@ class Trainer {
   std::string resumed_from_;
   double load_s_ = 0;
   double ckpt_began_ = 0;  // when the checkpoint being written had its shards copied
+  double profile_ms_ = 0;  // step time summed over the profile window
 };
 
 }  // namespace st

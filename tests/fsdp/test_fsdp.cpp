@@ -108,9 +108,11 @@ TEST(Fsdp, GradientsMatchDenseParamsWithAndWithoutReshard) {
   double want_sq = 0;
   for (double g : want) want_sq += g * g;
 
-  for (bool reshard : {true, false}) {
+  // The general path (gather, reduce-scatter) at one rank, and the in-place one.
+  for (auto [reshard, in_place] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
     FsdpOptions o;
     o.reshard_after_forward = reshard;
+    o.in_place_when_alone = in_place;
     ShardPlan plan(layout, 1);
     Fsdp f(plan, *be, *comm, nullptr, o);
     f.init_weights(9);
@@ -129,8 +131,11 @@ TEST(Fsdp, GradientsMatchDenseParamsWithAndWithoutReshard) {
       at += layout.unit(u).numel;
     }
     EXPECT_EQ(at, want.size());
-    EXPECT_EQ(differ, 0u) << (reshard ? "reshard" : "no reshard");
-    EXPECT_GT(f.memory().gathered_peak_bytes, 0u);
+    EXPECT_EQ(differ, 0u) << (reshard ? "reshard" : "no reshard") << (in_place ? ", in place" : "");
+    if (in_place)
+      EXPECT_EQ(f.memory().gathered_peak_bytes, 0u);  // nothing gathered: the shards were used as they are
+    else
+      EXPECT_GT(f.memory().gathered_peak_bytes, 0u);
   }
 }
 

@@ -125,6 +125,7 @@ TEST(ShardPlan, GatheredPeakIsWhatAStepHolds) {
       Qwen2Model model(layout, *be, DType::F32, B, T);
       FsdpOptions o;
       o.reshard_after_forward = reshard;
+      o.in_place_when_alone = false;  // the gathering path, as at more ranks
       Fsdp f(plan, *be, *comm, nullptr, o);
       f.init_weights(3);
       const size_t before = be->peak_allocated_bytes();

@@ -1,0 +1,198 @@
+// A built-in op profiler: ProfilingBackend wraps the real backend, forwards every
+// call to it, and while its window is open times each op and counts what it did.
+//
+//   auto prof = std::make_unique<ProfilingBackend>(*real);   // before the model and Fsdp
+//   ... build everything on *prof, train N warm-up steps ...
+//   prof->open_window();
+//   for M steps: { step(); prof->mark_step(); }
+//   prof->close_window();                                     // resolves the timings
+//   std::cout << prof->report(step_ms, c.tflops, c.gbps).table();
+//
+// Timing. On CUDA each op gets a pair of cudaEvents recorded on the inner backend's
+// stream (native_stream()), from a pool reused from window to window; the elapsed
+// times are read once, when the window closes, so the window adds no host syncs.
+// On the CPU the (synchronous) call is timed with std::chrono::steady_clock.
+// With the window closed every call is forwarded and nothing else happens.
+//
+// Keys. An op is keyed by its name plus a short shape tag where shapes differ in
+// meaning: "matmul_forward 16384x1536->2048" (N x IC -> OC), "matmul_backward
+// 16384x1536->2048" (" dW only" when dinp is empty), "attention_forward
+// B4 T4096 H12/2 hd128", "copy f32->bf16", "cross_entropy (no grad)". Other ops by
+// name alone.
+//
+// Work per call. matmul: forward 2·N·IC·OC FLOPs; backward 2·N·IC·OC for dweight plus
+// the same again when dinp is not empty. Causal attention: forward 2·2·B·H·T·T·hd/2,
+// backward 2.5x that. Every other op: the bytes it reads plus the bytes it writes,
+// from the element counts of the call and the tensors' dtypes.
+//
+// Ops are recorded from the thread that runs them; the window's bookkeeping is not
+// meant to be shared between threads (the trainer runs its ops on one thread).
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace st {
+
+// Dense bf16 tensor-core TFLOP/s and memory GB/s of a GPU, found by whole-word
+// matches on its CUDA device name (as train/flops.cpp's peak_bf16_tflops does):
+// H100 (SXM) 989 / 3350, H200 989 / 4800, A100 80GB 312 / 2039, L4 121 / 300.
+// 0 = unknown (then a report prints no percentage).
+struct DeviceCeilings {
+  double tflops = 0;
+  double gbps = 0;
+};
+DeviceCeilings device_ceilings(const std::string& device_name);
+
+// One line of a report. An op row has either a FLOP count (matmul, attention:
+// tflops set) or a byte count (the rest: gbps set); percent_of_peak is achieved /
+// ceiling · 100, negative where there is no ceiling to compare with (ceiling 0, or
+// the "other" row).
+struct ProfileRow {
+  std::string op;
+  double calls_per_step = 0;  // 0 on the "other" row (null in the json)
+  double ms_per_step = 0;
+  double share_of_step = 0;   // of the step time (see ProfileReport::denominator_ms)
+  double flops_per_call = 0;  // mean; 0 for byte-counted ops
+  double bytes_per_call = 0;  // mean; 0 for FLOP-counted ops
+  double tflops = 0;          // achieved, FLOP-counted ops
+  double gbps = 0;            // achieved, byte-counted ops
+  double percent_of_peak = -1;
+  bool is_other = false;      // the final "other (communication, host, gaps)" row
+};
+
+struct ProfileReport {
+  int steps = 0;                 // mark_step() calls in the window
+  std::string device;            // the inner backend's name()
+  double step_ms = 0;            // per step, as passed to report()
+  double ops_ms_per_step = 0;    // the op rows' sum
+  // What the shares are of: step_ms, or the ops' sum where that is larger (a step
+  // time passed in that is too short, or none) so that the shares still sum to 1.
+  double denominator_ms = 0;
+  double peak_tflops = 0, peak_gbps = 0;
+  // The ops by ms_per_step descending, then the "other (communication, host, gaps)"
+  // row: denominator_ms minus the ops' sum, never negative.
+  std::vector<ProfileRow> rows;
+
+  // Aligned text columns under a header line naming the window's steps and step time.
+  std::string table() const;
+  nlohmann::json json() const;
+};
+
+// Times a call on the inner backend's device; profiler.cpp has the CPU and CUDA ones.
+class OpTimer;
+
+class ProfilingBackend : public Backend {
+ public:
+  explicit ProfilingBackend(Backend& inner);
+  ~ProfilingBackend() override;
+  ProfilingBackend(const ProfilingBackend&) = delete;
+  ProfilingBackend& operator=(const ProfilingBackend&) = delete;
+
+  Backend& inner() { return inner_; }
+
+  // ---- the window ----------------------------------------------------------------
+  // Starts recording; clears what an earlier window recorded.
+  void open_window();
+  // Stops recording and resolves the timings (on CUDA: waits for the last timed op).
+  void close_window();
+  // Counts one step inside the window (no-op outside it).
+  void mark_step();
+  bool window_open() const { return open_; }
+  int steps() const { return steps_; }
+  // Host wall time from open_window() to the last mark_step(), per step; 0 before a
+  // step is marked. On CUDA it is the host's view: true step time only where each
+  // step waits for the device (e.g. reads its loss back).
+  double measured_step_ms() const;
+  // The window's ops per step against a step time and ceilings (0 = unknown).
+  // Call after close_window().
+  ProfileReport report(double step_ms, double peak_tflops, double peak_gbps) const;
+
+  // ---- Backend, forwarded --------------------------------------------------------
+  Device device() const override { return inner_.device(); }
+  std::string name() const override { return inner_.name(); }
+
+  Tensor alloc(DType dtype, size_t numel) override { return inner_.alloc(dtype, numel); }
+  void free(Tensor& t) override { inner_.free(t); }
+  void zero(Tensor t) override;
+  void fill(Tensor t, double value) override;
+  void copy(Tensor dst, Tensor src) override;
+  void upload(Tensor dst, const void* host) override;
+  void download(void* host, Tensor src) override;
+  void* alloc_host(size_t bytes) override { return inner_.alloc_host(bytes); }
+  void free_host(void* p) override { inner_.free_host(p); }
+  void synchronize() override { inner_.synchronize(); }
+  void* native_stream() override { return inner_.native_stream(); }
+
+  size_t workspace_bytes() const override { return inner_.workspace_bytes(); }
+  size_t peak_allocated_bytes() const override { return inner_.peak_allocated_bytes(); }
+  void reset_peak_allocated() override { inner_.reset_peak_allocated(); }
+
+  void add(Tensor out, Tensor a, Tensor b, size_t n) override;
+  void accumulate(Tensor acc, Tensor x, size_t n) override;
+  double sum_squares(Tensor x, size_t n) override;
+
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) override;
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) override;
+
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C, float eps) override;
+  void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd, int N,
+                        int C) override;
+  void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, int N, int C,
+                           float eps) override;
+
+  void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) override;
+  void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight, int N,
+                       int IC, int OC) override;
+
+  void rope_forward(Tensor qkv, int B, int T, int H, int KV, int hd, float theta) override;
+  void rope_backward(Tensor dqkv, int B, int T, int H, int KV, int hd, float theta) override;
+
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) override;
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV,
+                          int hd) override;
+
+  void swiglu_forward(Tensor out, Tensor gu, int N, int F) override;
+  void swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) override;
+
+  void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index, float dloss_scale,
+                     bool grad) override;
+
+  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) override;
+  void adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
+                  const AdamWParams& p) override;
+
+ private:
+  struct Stat {
+    std::string key;
+    bool counts_flops = false;  // else bytes
+    long long calls = 0;
+    double flops = 0, bytes = 0, ms = 0;
+  };
+  struct Pending {
+    size_t stat;  // index into stats_
+    size_t slot;  // the timer's measurement
+  };
+
+  // Times `call` (window open only) and books it under `key`.
+  template <class Call>
+  void timed(std::string key, bool counts_flops, double amount, Call&& call);
+
+  Backend& inner_;
+  std::unique_ptr<OpTimer> timer_;
+  bool open_ = false;
+  int steps_ = 0;
+  std::chrono::steady_clock::time_point opened_at_, last_step_at_;
+  std::vector<Stat> stats_;
+  std::unordered_map<std::string, size_t> index_;
+  std::vector<Pending> pending_;
+};
+
+}  // namespace st
