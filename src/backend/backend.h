@@ -46,6 +46,10 @@ class Backend {
   virtual void free(Tensor& t) = 0;                      // sets t.data = nullptr
   virtual void zero(Tensor t) = 0;
   virtual void fill(Tensor t, double value) = 0;
+  // t[i] = float(stddev * counter_normal(key, first + i)) (core/rng.h), the seeded
+  // initialisation computed where the tensor lives; t is F32 (or F64: the double).
+  // The default computes on the host and uploads; backends override it.
+  virtual void fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev);
   // dst = src element-wise, converting dtype; numel must match.
   virtual void copy(Tensor dst, Tensor src) = 0;
   // Host <-> backend: host pointers hold elements of the tensor's own dtype.

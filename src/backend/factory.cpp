@@ -1,6 +1,10 @@
 #include "backend/factory.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "core/error.h"
+#include "core/rng.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -52,6 +56,26 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int device_inde
 #endif
   }
   fail("train.device: unknown device '", device, "' (expected cpu or cuda)");
+}
+
+// The default seeded fill: computed on the host in pieces, each uploaded into place.
+void Backend::fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) {
+  ST_CHECK(t.dtype == DType::F32 || t.dtype == DType::F64, "fill_normal: ", dtype_name(t.dtype),
+           " tensors are not supported (F32, F64)");
+  constexpr size_t kPiece = size_t{1} << 20;
+  std::vector<double> d;
+  std::vector<float> f;
+  for (size_t at = 0; at < t.numel; at += kPiece) {
+    const size_t n = std::min(kPiece, t.numel - at);
+    d.resize(n);
+    for (size_t i = 0; i < n; ++i) d[i] = stddev * counter_normal(key, first + at + i);
+    if (t.dtype == DType::F64) {
+      upload(t.slice(at, n), d.data());
+    } else {
+      f.assign(d.begin(), d.end());
+      upload(t.slice(at, n), f.data());
+    }
+  }
 }
 
 }  // namespace st

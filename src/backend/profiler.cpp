@@ -497,6 +497,11 @@ void ProfilingBackend::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size
         [&] { inner_.adamw(param, grad, m, v, n, p); });
 }
 
+void ProfilingBackend::fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) {
+  if (!open_) return inner_.fill_normal(t, key, first, stddev);
+  timed("fill_normal", false, t.bytes(), [&] { inner_.fill_normal(t, key, first, stddev); });
+}
+
 void ProfilingBackend::adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
                                   const AdamWParams& p) {
   if (!open_) return inner_.adamw_copy(param, grad, m, v, copy, n, p);

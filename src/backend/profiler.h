@@ -123,6 +123,7 @@ class ProfilingBackend : public Backend {
   void free(Tensor& t) override { inner_.free(t); }
   void zero(Tensor t) override;
   void fill(Tensor t, double value) override;
+  void fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) override;
   void copy(Tensor dst, Tensor src) override;
   void upload(Tensor dst, const void* host) override;
   void download(void* host, Tensor src) override;

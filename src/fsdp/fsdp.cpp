@@ -43,9 +43,7 @@ Fsdp::~Fsdp() {
 void Fsdp::init_weights(uint64_t seed, double std) {
   for (int u = 0; u < layout_.num_units(); ++u) {
     const ElemRange r = plan_.range_of(u, comm_.rank());
-    std::vector<float> v(r.size());
-    init_unit_values(layout_.unit(u), seed, std, r.begin, r.end, v.data());
-    be_.upload(units_[u].master, v.data());
+    init_unit_tensor(be_, layout_.unit(u), seed, std, r.begin, r.end, units_[u].master);
     refresh_low(units_[u]);
   }
 }

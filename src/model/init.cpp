@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "core/rng.h"
 
 namespace st {
@@ -42,6 +43,22 @@ void init_unit_values(const Unit& unit, uint64_t seed, double std, size_t begin,
     }
     const CounterRng rng(seed, hash_name(p.name));
     for (size_t i = lo; i < hi; ++i) *dst++ = static_cast<float>(std * rng.normal(i - p.offset));
+  }
+}
+
+void init_unit_tensor(Backend& be, const Unit& unit, uint64_t seed, double std, size_t begin, size_t end, Tensor out) {
+  ST_CHECK(out.numel == end - begin, "init_unit_tensor: ", out.numel, " elements for the range [", begin, ", ", end, ")");
+  be.zero(out);  // padding
+  for (const ParamSpec& p : unit.params) {
+    const size_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
+    if (lo >= hi) continue;
+    Tensor dst = out.slice(lo - begin, hi - lo);
+    if (p.shape.size() == 1) {  // norms are 1, biases 0
+      const bool is_norm = ends_with(p.name, "layernorm.weight") || ends_with(p.name, "norm.weight");
+      if (is_norm) be.fill(dst, 1.0);
+      continue;
+    }
+    be.fill_normal(dst, CounterRng(seed, hash_name(p.name)).key, lo - p.offset, std);
   }
 }
 

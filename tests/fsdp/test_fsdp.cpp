@@ -300,5 +300,27 @@ TEST(Init, ThreadedLargeRangesGiveTheSameBits) {
   EXPECT_EQ(whole.back(), 1.0f);
 }
 
+// The backend's own initialisation (what Fsdp uses: nothing through the host) gives
+// the host's values bit for bit, padding zeroed, over an offset range.
+TEST(Init, BackendInitialisationMatchesTheHost) {
+  Unit u{"big"};
+  u.params = {ParamSpec{"model.layers.0.mlp.down_proj.weight", {3000, 3000}, 0, 9000000, true},
+              ParamSpec{"model.layers.0.post_attention_layernorm.weight", {3000}, 9000000, 3000, false},
+              ParamSpec{"model.layers.0.self_attn.q_proj.bias", {3000}, 9003000, 3000, false}};
+  u.numel = 9006000;
+  const size_t begin = 123457, end = u.numel + 5;  // into the padding
+  std::vector<float> want(end - begin);
+  init_unit_values(u, 7, 0.02, begin, end, want.data());
+  auto be = make_cpu_backend();
+  Tensor t = be->alloc(DType::F32, end - begin);
+  be->fill(t, 3.0);  // stale values everywhere: all must be overwritten
+  init_unit_tensor(*be, u, 7, 0.02, begin, end, t);
+  std::vector<float> got(end - begin);
+  be->download(got.data(), t);
+  be->free(t);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got.back(), 0.0f);
+}
+
 }  // namespace
 }  // namespace st

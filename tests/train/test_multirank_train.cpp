@@ -230,7 +230,7 @@ TEST(MultiRankTraining, AFullDiskStopsTheRunAndKeepsTheLastCheckpoint) {
   std::string line;
   int lines = 0;
   while (std::getline(in, line)) {
-    EXPECT_NO_THROW((void)nlohmann::json::parse(line)) << line;
+    EXPECT_TRUE(nlohmann::json::accept(line)) << line;
     ++lines;
   }
   EXPECT_GT(lines, 0);

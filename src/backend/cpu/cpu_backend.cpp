@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "backend/op_checks.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "core/rng.h"
 
 namespace st {
 namespace {
@@ -115,6 +118,29 @@ class CpuBackend final : public Backend {
   void fill(Tensor t, double value) override {
     ST_CHECK(!t.empty() || t.numel == 0, "fill: empty tensor of ", t.numel, " elements");
     for (size_t i = 0; i < t.numel; i++) store(t.data, t.dtype, i, value);
+  }
+  void fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) override {
+    ST_CHECK(t.dtype == DType::F32 || t.dtype == DType::F64, "fill_normal: ", dtype_name(t.dtype),
+             " tensors are not supported (F32, F64)");
+    ST_CHECK(!t.empty() || t.numel == 0, "fill_normal: empty tensor of ", t.numel, " elements");
+    // Each value is a pure function of its index: big tensors split across threads.
+    auto run = [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) {
+        const double x = stddev * counter_normal(key, first + i);
+        if (t.dtype == DType::F32)
+          static_cast<float*>(t.data)[i] = static_cast<float>(x);
+        else
+          static_cast<double*>(t.data)[i] = x;
+      }
+    };
+    constexpr size_t kChunk = size_t{1} << 22;
+    const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), t.numel / kChunk);
+    if (threads <= 1) return run(0, t.numel);
+    std::vector<std::thread> pool;
+    const size_t per = (t.numel + threads - 1) / threads;
+    for (size_t k = 0; k < threads; ++k)
+      if (k * per < t.numel) pool.emplace_back(run, k * per, std::min(t.numel, (k + 1) * per));
+    for (auto& th : pool) th.join();
   }
   void copy(Tensor dst, Tensor src) override {
     ST_CHECK(dst.numel == src.numel, "copy: dst has ", dst.numel, " elements, src ", src.numel);

@@ -19,19 +19,86 @@ struct AdamWConsts {
   double b1, b2, lr, eps, bc1, bc2, decay, grad_scale;
 };
 
-// param, grad, m, v (n)
-__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, size_t n, AdamWConsts k) {
+// One element's update; returns the new parameter.
+__device__ __forceinline__ float adamw_one(float param, float grad, float& m, float& v, const AdamWConsts& k) {
+  const double g = __dmul_rn(double(grad), k.grad_scale);
+  // m and v are stored in float; the update reads the stored values, as the CPU does.
+  const float mi = float(__dadd_rn(__dmul_rn(k.b1, double(m)), __dmul_rn(1.0 - k.b1, g)));
+  const float vi = float(__dadd_rn(__dmul_rn(k.b2, double(v)), __dmul_rn(__dmul_rn(1.0 - k.b2, g), g)));
+  m = mi;
+  v = vi;
+  const double mhat = double(mi) / k.bc1, vhat = double(vi) / k.bc2;
+  const double x = __dmul_rn(double(param), k.decay);  // decoupled decay on the old parameter
+  return float(__dadd_rn(x, -(__dmul_rn(k.lr, mhat) / __dadd_rn(sqrt(vhat), k.eps))));
+}
+
+// param, grad, m, v (n); copy (n, may be null): the new parameter in C.
+template <class C>
+__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, C* copy, size_t n, AdamWConsts k) {
   for (size_t i = global_thread(); i < n; i += grid_threads()) {
-    const double g = __dmul_rn(double(grad[i]), k.grad_scale);
-    // m and v are stored in float; the update reads the stored values, as the CPU does.
-    const float mi = float(__dadd_rn(__dmul_rn(k.b1, double(m[i])), __dmul_rn(1.0 - k.b1, g)));
-    const float vi = float(__dadd_rn(__dmul_rn(k.b2, double(v[i])), __dmul_rn(__dmul_rn(1.0 - k.b2, g), g)));
-    m[i] = mi;
-    v[i] = vi;
-    const double mhat = double(mi) / k.bc1, vhat = double(vi) / k.bc2;
-    const double x = __dmul_rn(double(param[i]), k.decay);  // decoupled decay on the old parameter
-    param[i] = float(__dadd_rn(x, -(__dmul_rn(k.lr, mhat) / __dadd_rn(sqrt(vhat), k.eps))));
+    float mi = m[i], vi = v[i];
+    const float p = adamw_one(param[i], grad[i], mi, vi, k);
+    m[i] = mi, v[i] = vi, param[i] = p;
+    if (copy) copy[i] = from_float<C>(p);
   }
+}
+
+// The same over packs of 4 (every pointer 16-byte aligned, copy 8-byte aligned, n a
+// multiple of 4): streaming loads and stores, each element touched once.
+template <class C>
+__global__ void adamw_pack_kernel(float* param, const float* grad, float* m, float* v, C* copy, size_t packs,
+                                  AdamWConsts k) {
+  for (size_t i = global_thread(); i < packs; i += grid_threads()) {
+    const size_t e = i * 4;
+    Pack<float> pp = load_pack_cs(param + e), pg = load_pack_cs(grad + e), pm = load_pack_cs(m + e),
+                pv = load_pack_cs(v + e);
+    C out[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      pp.v[j] = adamw_one(pp.v[j], pg.v[j], pm.v[j], pv.v[j], k);
+      out[j] = from_float<C>(pp.v[j]);
+    }
+    store_pack_cs(param + e, pp);
+    store_pack_cs(m + e, pm);
+    store_pack_cs(v + e, pv);
+    if (copy) {
+      if constexpr (sizeof(C) == 2) {
+        uint2 w;
+        w.x = uint32_t(__bfloat16_as_ushort(out[0])) | (uint32_t(__bfloat16_as_ushort(out[1])) << 16);
+        w.y = uint32_t(__bfloat16_as_ushort(out[2])) | (uint32_t(__bfloat16_as_ushort(out[3])) << 16);
+        *reinterpret_cast<uint2*>(copy + e) = w;
+      } else {
+        Pack<float> o;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) o.v[j] = out[j];
+        store_pack(reinterpret_cast<float*>(copy) + e, o);
+      }
+    }
+  }
+}
+
+template <class C>
+void launch_adamw(float* param, const float* grad, float* m, float* v, C* copy, size_t n, const AdamWConsts& k,
+                  cudaStream_t stream) {
+  const bool packs = n % 4 == 0 && aligned16(param) && aligned16(grad) && aligned16(m) && aligned16(v) &&
+                     (!copy || reinterpret_cast<uintptr_t>(copy) % (4 * sizeof(C)) == 0);
+  if (packs) {
+    adamw_pack_kernel<C><<<grid_for(n / 4, kThreads), kThreads, 0, stream>>>(param, grad, m, v, copy, n / 4, k);
+    ST_CUDA_LAUNCHED("adamw_pack_kernel");
+  } else {
+    adamw_kernel<C><<<grid_for(n, kThreads), kThreads, 0, stream>>>(param, grad, m, v, copy, n, k);
+    ST_CUDA_LAUNCHED("adamw_kernel");
+  }
+}
+
+AdamWConsts consts(const AdamWParams& p) {
+  AdamWConsts k;
+  k.b1 = p.beta1, k.b2 = p.beta2, k.lr = p.lr, k.eps = p.eps, k.grad_scale = p.grad_scale;
+  // Host pow, as the CPU reference computes them.
+  k.bc1 = 1.0 - std::pow(k.b1, p.step);
+  k.bc2 = 1.0 - std::pow(k.b2, p.step);
+  k.decay = 1.0 - k.lr * p.weight_decay;
+  return k;
 }
 
 }  // namespace
@@ -39,14 +106,18 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
 void adamw(float* param, const float* grad, float* m, float* v, size_t n, const AdamWParams& p,
            cudaStream_t stream) {
   if (n == 0) return;
-  AdamWConsts k;
-  k.b1 = p.beta1, k.b2 = p.beta2, k.lr = p.lr, k.eps = p.eps, k.grad_scale = p.grad_scale;
-  // Host pow, as the CPU reference computes them.
-  k.bc1 = 1.0 - std::pow(k.b1, p.step);
-  k.bc2 = 1.0 - std::pow(k.b2, p.step);
-  k.decay = 1.0 - k.lr * p.weight_decay;
-  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(param, grad, m, v, n, k);
-  ST_CUDA_LAUNCHED("adamw_kernel");
+  launch_adamw<float>(param, grad, m, v, nullptr, n, consts(p), stream);
 }
+
+template <class C>
+void adamw_copy(float* param, const float* grad, float* m, float* v, C* copy, size_t n, const AdamWParams& p,
+                cudaStream_t stream) {
+  if (n == 0) return;
+  launch_adamw<C>(param, grad, m, v, copy, n, consts(p), stream);
+}
+template void adamw_copy<float>(float*, const float*, float*, float*, float*, size_t, const AdamWParams&,
+                                cudaStream_t);
+template void adamw_copy<bf16>(float*, const float*, float*, float*, bf16*, size_t, const AdamWParams&,
+                               cudaStream_t);
 
 }  // namespace st::cuda

@@ -94,6 +94,8 @@ class CudaBackend final : public Backend {
     // No throwing here: report nothing, release everything.
     (void)cudaSetDevice(device_);
     (void)cudaStreamSynchronize(stream_);
+    cuda::scratch_release(norm_scratch_, stream_);
+    (void)cudaStreamSynchronize(stream_);
     matmul_.reset();
     if (small_dev_) (void)cudaFree(small_dev_);
     if (small_host_) (void)cudaFreeHost(small_host_);
@@ -152,6 +154,13 @@ class CudaBackend final : public Backend {
     ST_CHECK(!t.empty() || t.numel == 0, "fill: empty tensor of ", t.numel, " elements");
     use_device();
     cuda::fill(t.data, t.dtype, t.numel, value, stream_);
+  }
+  void fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) override {
+    ST_CHECK(t.dtype == DType::F32 || t.dtype == DType::F64, "fill_normal: ", dtype_name(t.dtype),
+             " tensors are not supported (F32, F64)");
+    ST_CHECK(!t.empty() || t.numel == 0, "fill_normal: empty tensor of ", t.numel, " elements");
+    use_device();
+    cuda::fill_normal(t.data, t.dtype, t.numel, key, first, stddev, stream_);
   }
   void copy(Tensor dst, Tensor src) override {
     ST_CHECK(dst.numel == src.numel, "copy: dst has ", dst.numel, " elements, src ", src.numel);
@@ -295,7 +304,26 @@ class CudaBackend final : public Backend {
     dispatch(dt, [&](auto tag) {
       using T = decltype(tag);
       cuda::rmsnorm_backward(dinp.as<T>(), dweight.as<float>(), dout.as<T>(), inp.as<T>(), weight.as<T>(),
-                             rstd.as<float>(), N, C, stream_);
+                             rstd.as<float>(), N, C, norm_scratch_, stream_);
+    });
+  }
+  void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, int N, int C,
+                           float eps) override {
+    const char* op = "add_rmsnorm_forward";
+    check_dim(op, "N", N), check_dim(op, "C", C);
+    DType dt = act_dtype(op, "a", a);
+    const size_t n = size_t(N) * C;
+    check_buf(op, "sum", sum, dt, n);
+    check_buf(op, "out", out, dt, n);
+    check_buf(op, "rstd", rstd, DType::F32, N);
+    check_buf(op, "a", a, dt, n);
+    check_buf(op, "b", b, dt, n);
+    check_buf(op, "weight", weight, dt, C);
+    use_device();
+    dispatch(dt, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::add_rmsnorm_forward(sum.as<T>(), out.as<T>(), rstd.as<float>(), a.as<T>(), b.as<T>(), weight.as<T>(), N,
+                                C, eps, stream_);
     });
   }
 
@@ -445,6 +473,27 @@ class CudaBackend final : public Backend {
     cuda::adamw(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), n, p, stream_);
   }
 
+  void adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
+                  const AdamWParams& p) override {
+    const char* op = "adamw_copy";
+    if (n == 0) return;
+    check_buf(op, "param", param, DType::F32, n);
+    check_buf(op, "grad", grad, DType::F32, n);
+    check_buf(op, "m", m, DType::F32, n);
+    check_buf(op, "v", v, DType::F32, n);
+    ST_CHECK(copy.dtype == DType::BF16 || copy.dtype == DType::F32, op, ": copy is ", dtype_name(copy.dtype),
+             "; bf16 or f32 expected");
+    check_buf(op, "copy", copy, copy.dtype, n);
+    ST_CHECK(p.step >= 1, op, ": step is 1-based, got ", p.step);
+    use_device();
+    if (copy.dtype == DType::BF16)
+      cuda::adamw_copy(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), copy.as<bf16>(), n, p,
+                       stream_);
+    else
+      cuda::adamw_copy(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), copy.as<float>(), n, p,
+                       stream_);
+  }
+
  private:
   // CUDA's current device is per host thread; make it ours before enqueuing.
   void use_device() const {
@@ -514,6 +563,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::Matmul> matmul_;
   void* small_dev_ = nullptr;   // 64 bytes: sum_squares result, first bad id row
   void* small_host_ = nullptr;  // 64 bytes pinned: their read-back
+  cuda::DeviceScratch norm_scratch_;  // rmsnorm_backward's dweight partials, grown on demand
 };
 
 }  // namespace

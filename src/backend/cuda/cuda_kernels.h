@@ -51,12 +51,30 @@ template <class T>
 void add_bias(T* out, const T* bias, int N, int C, cudaStream_t stream);
 
 // ---- norm.cu ---------------------------------------------------------------------
+// A device buffer that its owner (the backend) keeps between calls and that launchers
+// grow on demand, in stream order; the owner releases it before destroying the stream.
+struct DeviceScratch {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+// s.ptr, grown to at least `bytes` first when smaller (the old buffer is freed after
+// the work already enqueued on `stream`). Work on other streams must not use it.
+void* scratch_reserve(DeviceScratch& s, size_t bytes, cudaStream_t stream);
+void scratch_release(DeviceScratch& s, cudaStream_t stream) noexcept;
+
 template <class T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int N, int C, float eps,
                      cudaStream_t stream);
+// sum (N, C) = a + b rounded to T; out, rstd = rmsnorm(sum): bit for bit add() then
+// rmsnorm_forward(). sum may alias a or b.
+template <class T>
+void add_rmsnorm_forward(T* sum, T* out, float* rstd, const T* a, const T* b, const T* weight, int N, int C, float eps,
+                         cudaStream_t stream);
+// dinp (N, C) +=, dweight (C) += (deterministic: per-block partials in `scratch`, then a
+// fixed-order sum).
 template <class T>
 void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight, const float* rstd,
-                      int N, int C, cudaStream_t stream);
+                      int N, int C, DeviceScratch& scratch, cudaStream_t stream);
 
 // ---- rope.cu ---------------------------------------------------------------------
 // sign +1 rotates by +angle (forward), -1 by -angle (backward).
@@ -86,8 +104,16 @@ template <class T>
 void cross_entropy(float* losses, T* logits, const int32_t* targets, int N, int V, int ignore_index,
                    float dloss_scale, bool grad, cudaStream_t stream);
 
+// ---- init.cu ---------------------------------------------------------------------
+// out (n, F32 or F64) = stddev * counter_normal(key, first + i) (core/rng.h).
+void fill_normal(void* out, DType dt, size_t n, uint64_t key, uint64_t first, double stddev, cudaStream_t stream);
+
 // ---- adamw.cu --------------------------------------------------------------------
 void adamw(float* param, const float* grad, float* m, float* v, size_t n, const AdamWParams& p,
            cudaStream_t stream);
+// adamw, and copy (n) = the updated param converted to C (float or bf16), one pass.
+template <class C>
+void adamw_copy(float* param, const float* grad, float* m, float* v, C* copy, size_t n, const AdamWParams& p,
+                cudaStream_t stream);
 
 }  // namespace st::cuda

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace st::cuda {
 
@@ -47,6 +48,44 @@ __device__ V block_sum(V v, V* shared) {
   r = warp_sum(r);
   __syncthreads();
   return r;
+}
+
+// ---- 16-byte packs -----------------------------------------------------------------
+// The memory-bound kernels move data in 16-byte packs (8 bf16 or 4 float) with one
+// vector load / store each, when the pointers allow it (aligned16, checked on the host
+// at launch); otherwise a scalar path handles the same elements. kPack<T> elements a pack.
+template <class T>
+inline constexpr int kPack = 16 / int(sizeof(T));
+
+template <class T>
+struct alignas(16) Pack {
+  T v[kPack<T>];
+};
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// p must be 16-byte aligned. The _cs variants are the "streaming" (evict-first) cache
+// hints: for data read or written for the last time, so it does not push out of L2
+// what will be read again soon.
+template <class T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  Pack<T> r;
+  *reinterpret_cast<uint4*>(&r) = *reinterpret_cast<const uint4*>(p);
+  return r;
+}
+template <class T>
+__device__ __forceinline__ Pack<T> load_pack_cs(const T* p) {
+  Pack<T> r;
+  *reinterpret_cast<uint4*>(&r) = __ldcs(reinterpret_cast<const uint4*>(p));
+  return r;
+}
+template <class T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
+  *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(&x);
+}
+template <class T>
+__device__ __forceinline__ void store_pack_cs(T* p, const Pack<T>& x) {
+  __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&x));
 }
 
 // Grid-stride loop index helpers.

@@ -1,10 +1,14 @@
 // Element-wise kernels: fill, dtype conversion, add/accumulate, embedding gather and
 // scatter, SwiGLU, and the token-id range check. All are memory-bound grid-stride
-// loops with scalar loads (no alignment assumptions: tensors are often slices at
-// arbitrary element offsets); math in float.
+// loops; math in float. add, accumulate and SwiGLU move 16-byte packs when the
+// pointers allow it (checked at launch: tensors are often slices at arbitrary element
+// offsets) and fall back to scalar loads otherwise; both paths compute each element
+// with the same float expression, so the result does not depend on the path.
 #include <cub/device/device_radix_sort.cuh>
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
@@ -65,17 +69,60 @@ void with_type(DType dt, Fn&& fn) {
 }
 
 // ---- add / accumulate -------------------------------------------------------------
+// Elements [head, head + packs * P) go in 16-byte packs (aligned in every array), the
+// `head` before them and the tail after them one by one; packs = 0 is the scalar path.
+// out may be a or b (in place): each element is read before it is written, by the
+// same thread.
 
 template <class T>
-__global__ void add_kernel(T* out, const T* a, const T* b, size_t n) {
-  for (size_t i = global_thread(); i < n; i += grid_threads())
+__global__ void add_kernel(T* out, const T* a, const T* b, size_t n, size_t head, size_t packs) {
+  constexpr int P = kPack<T>;
+  for (size_t k = global_thread(); k < packs; k += grid_threads()) {
+    const size_t i = head + k * P;
+    const Pack<T> x = load_pack(a + i), y = load_pack(b + i);
+    Pack<T> z;
+#pragma unroll
+    for (int e = 0; e < P; ++e) z.v[e] = from_float<T>(to_float(x.v[e]) + to_float(y.v[e]));
+    store_pack(out + i, z);
+  }
+  const size_t rest = n - packs * P;
+  for (size_t k = global_thread(); k < rest; k += grid_threads()) {
+    const size_t i = k < head ? k : k + packs * P;
     out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
+  }
 }
 
 template <class T>
-__global__ void accumulate_kernel(T* acc, const T* x, size_t n) {
-  for (size_t i = global_thread(); i < n; i += grid_threads())
+__global__ void accumulate_kernel(T* acc, const T* x, size_t n, size_t head, size_t packs) {
+  constexpr int P = kPack<T>;
+  for (size_t k = global_thread(); k < packs; k += grid_threads()) {
+    const size_t i = head + k * P;
+    Pack<T> s = load_pack(acc + i);
+    const Pack<T> y = load_pack(x + i);
+#pragma unroll
+    for (int e = 0; e < P; ++e) s.v[e] = from_float<T>(to_float(s.v[e]) + to_float(y.v[e]));
+    store_pack(acc + i, s);
+  }
+  const size_t rest = n - packs * P;
+  for (size_t k = global_thread(); k < rest; k += grid_threads()) {
+    const size_t i = k < head ? k : k + packs * P;
     acc[i] = from_float<T>(to_float(acc[i]) + to_float(x[i]));
+  }
+}
+
+// The split of n elements of T arrays into a scalar head, whole 16-byte packs and a
+// scalar tail: packs only where every array sits at the same offset within 16 bytes
+// (then one scalar head brings all of them to a 16-byte boundary at once).
+template <class T>
+void split_packs(std::initializer_list<const void*> arrays, size_t n, size_t* head, size_t* packs) {
+  *head = 0, *packs = 0;
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(*arrays.begin()) % 16;
+  for (const void* p : arrays)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != mis) return;
+  if (mis % sizeof(T) != 0) return;
+  const size_t h = mis == 0 ? 0 : (16 - mis) / sizeof(T);
+  if (h >= n) return;
+  *head = h, *packs = (n - h) / kPack<T>;
 }
 
 // ---- ids and embedding ------------------------------------------------------------
@@ -125,7 +172,7 @@ __global__ void embedding_backward_sorted_kernel(float* dwte, const T* dout, con
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// out (N, F) = silu(gate) * up, gu (N, 2F) = [gate | up] per row
+// out (N, F) = silu(gate) * up, gu (N, 2F) = [gate | up] per row. Scalar path.
 template <class T>
 __global__ void swiglu_forward_kernel(T* out, const T* gu, int N, int F) {
   const size_t n = size_t(N) * F;
@@ -136,16 +183,66 @@ __global__ void swiglu_forward_kernel(T* out, const T* gu, int N, int F) {
   }
 }
 
+// The same in 16-byte packs: F % P == 0 and out, gu 16-byte aligned, so every row's
+// gate, up and out parts start on a 16-byte boundary. One pack of out per iteration.
+template <class T>
+__global__ void swiglu_forward_vec_kernel(T* out, const T* gu, int N, int F) {
+  constexpr int P = kPack<T>;
+  const size_t row_packs = size_t(F / P), n = size_t(N) * row_packs;
+  for (size_t k = global_thread(); k < n; k += grid_threads()) {
+    const size_t r = k / row_packs, j = (k % row_packs) * P;
+    const T* g = gu + r * 2 * F + j;
+    const Pack<T> gp = load_pack(g), up = load_pack(g + F);
+    Pack<T> y;
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      const float gv = to_float(gp.v[e]), u = to_float(up.v[e]);
+      y.v[e] = from_float<T>(gv * sigmoid(gv) * u);
+    }
+    store_pack(out + r * F + j, y);
+  }
+}
+
 // dgu (N, 2F): d gate = dy * u * silu'(g), silu'(g) = s (1 + g (1 - s)); d up = dy * silu(g)
+__device__ __forceinline__ void swiglu_grads(float g, float u, float dy, float* dg, float* du) {
+  const float s = sigmoid(g);
+  *dg = dy * u * s * (1.0f + g * (1.0f - s));
+  *du = dy * g * s;
+}
+
 template <class T>
 __global__ void swiglu_backward_kernel(T* dgu, const T* dout, const T* gu, int N, int F) {
   const size_t n = size_t(N) * F;
   for (size_t i = global_thread(); i < n; i += grid_threads()) {
     const size_t r = i / F, j = i % F;
     const float g = to_float(gu[r * 2 * F + j]), u = to_float(gu[r * 2 * F + F + j]);
-    const float dy = to_float(dout[i]), s = sigmoid(g);
-    dgu[r * 2 * F + j] = from_float<T>(dy * u * s * (1.0f + g * (1.0f - s)));
-    dgu[r * 2 * F + F + j] = from_float<T>(dy * g * s);
+    float dg, du;
+    swiglu_grads(g, u, to_float(dout[i]), &dg, &du);
+    dgu[r * 2 * F + j] = from_float<T>(dg);
+    dgu[r * 2 * F + F + j] = from_float<T>(du);
+  }
+}
+
+// The same in 16-byte packs (F % P == 0; dgu, dout, gu 16-byte aligned). dgu may be
+// gu (in place): each pack is read before it is written, by the same thread.
+template <class T>
+__global__ void swiglu_backward_vec_kernel(T* dgu, const T* dout, const T* gu, int N, int F) {
+  constexpr int P = kPack<T>;
+  const size_t row_packs = size_t(F / P), n = size_t(N) * row_packs;
+  for (size_t k = global_thread(); k < n; k += grid_threads()) {
+    const size_t r = k / row_packs, j = (k % row_packs) * P;
+    const size_t gi = r * 2 * F + j;
+    const Pack<T> gp = load_pack(gu + gi), up = load_pack(gu + gi + F), dp = load_pack(dout + r * F + j);
+    Pack<T> dg, du;
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      float a, b;
+      swiglu_grads(to_float(gp.v[e]), to_float(up.v[e]), to_float(dp.v[e]), &a, &b);
+      dg.v[e] = from_float<T>(a);
+      du.v[e] = from_float<T>(b);
+    }
+    store_pack(dgu + gi, dg);
+    store_pack(dgu + gi + F, du);
   }
 }
 
@@ -183,14 +280,20 @@ void convert(void* dst, DType dst_dt, const void* src, DType src_dt, size_t n, c
 template <class T>
 void add(T* out, const T* a, const T* b, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, a, b, n);
+  size_t head, packs;
+  split_packs<T>({out, a, b}, n, &head, &packs);
+  const size_t work = std::max(packs, n - packs * kPack<T>);
+  add_kernel<<<grid_for(work, kThreads), kThreads, 0, stream>>>(out, a, b, n, head, packs);
   ST_CUDA_LAUNCHED("add_kernel");
 }
 
 template <class T>
 void accumulate(T* acc, const T* x, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  accumulate_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(acc, x, n);
+  size_t head, packs;
+  split_packs<T>({acc, x}, n, &head, &packs);
+  const size_t work = std::max(packs, n - packs * kPack<T>);
+  accumulate_kernel<<<grid_for(work, kThreads), kThreads, 0, stream>>>(acc, x, n, head, packs);
   ST_CUDA_LAUNCHED("accumulate_kernel");
 }
 
@@ -238,12 +341,24 @@ void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int N
 
 template <class T>
 void swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream) {
+  if (F % kPack<T> == 0 && aligned16(out) && aligned16(gu)) {
+    const size_t packs = size_t(N) * (F / kPack<T>);
+    swiglu_forward_vec_kernel<<<grid_for(packs, kThreads), kThreads, 0, stream>>>(out, gu, N, F);
+    ST_CUDA_LAUNCHED("swiglu_forward_vec_kernel");
+    return;
+  }
   swiglu_forward_kernel<<<grid_for(size_t(N) * F, kThreads), kThreads, 0, stream>>>(out, gu, N, F);
   ST_CUDA_LAUNCHED("swiglu_forward_kernel");
 }
 
 template <class T>
 void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStream_t stream) {
+  if (F % kPack<T> == 0 && aligned16(dgu) && aligned16(dout) && aligned16(gu)) {
+    const size_t packs = size_t(N) * (F / kPack<T>);
+    swiglu_backward_vec_kernel<<<grid_for(packs, kThreads), kThreads, 0, stream>>>(dgu, dout, gu, N, F);
+    ST_CUDA_LAUNCHED("swiglu_backward_vec_kernel");
+    return;
+  }
   swiglu_backward_kernel<<<grid_for(size_t(N) * F, kThreads), kThreads, 0, stream>>>(dgu, dout, gu, N, F);
   ST_CUDA_LAUNCHED("swiglu_backward_kernel");
 }

@@ -1,9 +1,19 @@
-// Fused cross-entropy forward + backward over logits (N, V), in place. One block
-// per row: pass 1 keeps an online (max, sum of exp) per thread, merged across the
-// block, giving lse and the loss; pass 2 overwrites the row with
-// dloss_scale * (softmax - onehot). Two reads and one write of the row in all;
-// V = 152064 bf16 logits is 300 KB, so a row streams through L2.
+// Fused cross-entropy forward + backward over logits (N, V), in place. One block of
+// 1024 threads per row; the row moves in 16-byte packs (8 bf16), with the few
+// elements before the first 16-byte boundary and after the last whole pack handled
+// one by one, so any V and any row alignment work.
+//   Pass 1 reads the row once, last pack first, keeping per thread an online
+//   (max, sum of exp) in base 2 (y = x·log2 e, so each element costs one ex2), merged
+//   across the block in a fixed order: lse and the loss.
+//   Pass 2 (grad only) reads the row again, first pack first, and overwrites it with
+//   dloss_scale * (softmax - onehot). Pass 1 ends with the row's head, so pass 2 starts
+//   on the part most recently read, the most likely still in L2; pass 2's loads and
+//   stores carry the streaming (evict-first) hint, since the row is never read again.
+// Reads 2x and writes 1x the row: V = 151936 bf16 logits are 297 KB a row. The kernel
+// takes ~50 registers a thread, so one block (row) per SM is resident: ~132 rows,
+// ~40 MB, in flight, which gives pass 2's re-read a fair chance in a 50 MB L2.
 #include <cmath>
+#include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -12,48 +22,106 @@
 namespace st::cuda {
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = 1024;
+constexpr int kUnroll = 4;  // packs a thread loads before using them (memory-level parallelism)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
-// Online log-sum-exp state: sum of exp(x - max).
+// Online log-sum-exp state in base 2: s = Σ 2^(y - m) over the values y seen, m their max.
 struct MaxSum {
   float m, s;
 };
 
 __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
-  if (a.m == -INFINITY) return b;  // also avoids exp(-inf - -inf) = nan
+  if (a.m == -INFINITY) return b;  // also avoids exp2(-inf - -inf) = nan
   if (b.m == -INFINITY) return a;
   const float m = fmaxf(a.m, b.m);
-  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+  return {m, a.s * exp2f(a.m - m) + b.s * exp2f(b.m - m)};
 }
 
-// losses (N) F32; logits (N, V) in, dlogits out when grad; targets (N)
+// Adds n values y (already scaled by log2 e) to st: one rescale for the group at most.
+template <int n>
+__device__ __forceinline__ void absorb(MaxSum& st, const float* y) {
+  float mx = y[0];
+#pragma unroll
+  for (int e = 1; e < n; ++e) mx = fmaxf(mx, y[e]);
+  if (mx > st.m) {
+    st.s *= exp2f(st.m - mx);  // st.m = -inf: st.s is 0 and stays 0
+    st.m = mx;
+  }
+#pragma unroll
+  for (int e = 0; e < n; ++e) st.s += exp2f(y[e] - st.m);
+}
+
+// The split of a row of V elements at address `row` into a scalar head (up to the
+// first 16-byte boundary), whole packs, and a scalar tail.
+struct RowSplit {
+  int head, packs, tail_start;
+};
+template <class T>
+__device__ __forceinline__ RowSplit split_row(const T* row, int V) {
+  constexpr int P = kPack<T>;
+  const unsigned mis = unsigned(reinterpret_cast<uintptr_t>(row) % 16);
+  int head = mis == 0 ? 0 : int((16 - mis) / sizeof(T));
+  if (mis % sizeof(T) != 0 || head > V) head = V;  // (never for T arrays) all scalar
+  const int packs = (V - head) / P;
+  return {head, packs, head + packs * P};
+}
+
+// losses (N) F32; logits (N, V) in, dlogits out when grad; targets (N), in [0, V) or
+// ignore_index (the backend checks them first; a row whose target is neither gets a
+// NaN loss and no onehot term, rather than a read out of bounds).
 template <class T>
 __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, T* logits, const int32_t* targets,
                                                                  int V, int ignore_index, float dloss_scale,
                                                                  bool grad) {
+  constexpr int P = kPack<T>;
   __shared__ MaxSum shared[kThreads / 32];
-  __shared__ float s_lse;
+  __shared__ float s_lse2;
   const int r = blockIdx.x;
   T* x = logits + size_t(r) * V;
+  const RowSplit sp = split_row(x, V);
+  T* body = x + sp.head;  // 16-byte aligned
   const int tgt = targets[r];
   if (tgt == ignore_index) {
     if (threadIdx.x == 0) losses[r] = 0.0f;
-    if (grad)
-      for (int i = threadIdx.x; i < V; i += blockDim.x) x[i] = from_float<T>(0.0f);
+    if (grad) {
+      Pack<T> z;
+#pragma unroll
+      for (int e = 0; e < P; ++e) z.v[e] = from_float<T>(0.0f);
+      for (int k = threadIdx.x; k < sp.packs; k += kThreads) store_pack_cs(body + size_t(k) * P, z);
+      for (int i = threadIdx.x; i < sp.head; i += kThreads) x[i] = from_float<T>(0.0f);
+      for (int i = sp.tail_start + threadIdx.x; i < V; i += kThreads) x[i] = from_float<T>(0.0f);
+    }
     return;
   }
+
+  // Pass 1: the scalar ends, then the packs from the last one down.
   MaxSum st{-INFINITY, 0.0f};
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float v = to_float(x[i]);
-    if (v > st.m) {
-      st.s = st.s * expf(st.m - v) + 1.0f;
-      st.m = v;
-    } else {
-      st.s += expf(v - st.m);
-    }
+  for (int i = threadIdx.x; i < sp.head; i += kThreads) {
+    const float y = to_float(x[i]) * kLog2e;
+    absorb<1>(st, &y);
+  }
+  for (int i = sp.tail_start + threadIdx.x; i < V; i += kThreads) {
+    const float y = to_float(x[i]) * kLog2e;
+    absorb<1>(st, &y);
+  }
+  for (int k0 = sp.packs - 1 - int(threadIdx.x); k0 >= 0; k0 -= kUnroll * kThreads) {
+    Pack<T> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (k0 - u * kThreads >= 0) v[u] = load_pack(body + size_t(k0 - u * kThreads) * P);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (k0 - u * kThreads >= 0) {
+        float y[P];
+#pragma unroll
+        for (int e = 0; e < P; ++e) y[e] = to_float(v[u].v[e]) * kLog2e;
+        absorb<P>(st, y);
+      }
   }
   for (int o = 16; o > 0; o >>= 1) {
-    MaxSum other{__shfl_xor_sync(0xffffffffu, st.m, o), __shfl_xor_sync(0xffffffffu, st.s, o)};
+    const MaxSum other{__shfl_xor_sync(0xffffffffu, st.m, o), __shfl_xor_sync(0xffffffffu, st.s, o)};
     st = merge(st, other);
   }
   if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = st;
@@ -61,16 +129,37 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
   if (threadIdx.x == 0) {
     MaxSum all = shared[0];
     for (int w = 1; w < kThreads / 32; ++w) all = merge(all, shared[w]);
-    const float lse = all.m + logf(all.s);
-    s_lse = lse;
-    losses[r] = lse - to_float(x[tgt]);  // read before any thread overwrites the row
+    const float lse2 = all.m + log2f(all.s);
+    s_lse2 = lse2;
+    // Read before any thread overwrites the row (they wait at the barrier below).
+    losses[r] = tgt >= 0 && tgt < V ? lse2 * kLn2 - to_float(x[tgt]) : NAN;
   }
   __syncthreads();
   if (!grad) return;
-  const float lse = s_lse;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float p = expf(to_float(x[i]) - lse);
-    x[i] = from_float<T>(dloss_scale * (i == tgt ? p - 1.0f : p));
+
+  // Pass 2: dloss_scale * (softmax - onehot), first pack first.
+  const float lse2 = s_lse2;
+  auto grad_of = [&](float v, int i) {
+    const float p = exp2f(fmaf(v, kLog2e, -lse2));
+    return dloss_scale * (i == tgt ? p - 1.0f : p);
+  };
+  for (int i = threadIdx.x; i < sp.head; i += kThreads) x[i] = from_float<T>(grad_of(to_float(x[i]), i));
+  for (int i = sp.tail_start + threadIdx.x; i < V; i += kThreads) x[i] = from_float<T>(grad_of(to_float(x[i]), i));
+  for (int k0 = threadIdx.x; k0 < sp.packs; k0 += kUnroll * kThreads) {
+    Pack<T> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (k0 + u * kThreads < sp.packs) v[u] = load_pack_cs(body + size_t(k0 + u * kThreads) * P);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = k0 + u * kThreads;
+      if (k < sp.packs) {
+        const int i0 = sp.head + k * P;
+#pragma unroll
+        for (int e = 0; e < P; ++e) v[u].v[e] = from_float<T>(grad_of(to_float(v[u].v[e]), i0 + e));
+        store_pack_cs(body + size_t(k) * P, v[u]);
+      }
+    }
   }
 }
 
