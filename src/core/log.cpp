@@ -1,8 +1,12 @@
 #include "core/log.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 
 namespace st {
 namespace {
@@ -44,6 +48,29 @@ std::string human_count(double n) {
   else if (n >= 1e4) std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
   else std::snprintf(buf, sizeof buf, "%.0f", n);
   return buf;
+}
+
+double seconds_since_process_start() {
+  // Field 22 of /proc/self/stat: start time in clock ticks after boot (CLOCK_BOOTTIME).
+  std::FILE* f = std::fopen("/proc/self/stat", "r");
+  if (!f) return -1;
+  char buf[1024] = {};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
+  if (!p || n == 0) return -1;
+  unsigned long long start = 0;
+  int field = 2;
+  for (const char* q = p + 1; *q && field < 22; ++q)
+    if (*q == ' ') {
+      ++field;
+      if (field == 22 && std::sscanf(q + 1, "%llu", &start) != 1) return -1;
+    }
+  if (field != 22) return -1;
+  timespec now{};
+  clock_gettime(CLOCK_BOOTTIME, &now);
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return now.tv_sec + now.tv_nsec * 1e-9 - static_cast<double>(start) / tick;
 }
 
 double now_seconds() {

@@ -6,8 +6,24 @@
 
 namespace st {
 
-Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk)
-    : layout_(layout), be_(backend), dt_(dtype), st_(dtype == DType::F64 ? DType::F64 : DType::F32), B_(B), T_(T) {
+const std::vector<std::string>& recompute_choices() {
+  static const std::vector<std::string> names = {"none", "norm", "swiglu", "ffn", "attn", "block"};
+  return names;
+}
+
+Recompute parse_recompute(const std::string& name) {
+  const auto& names = recompute_choices();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return static_cast<Recompute>(i);
+  std::string all;
+  for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+  fail("train.recompute: unknown choice '", name, "' (one of ", all, ")");
+}
+
+Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk,
+                       Recompute recompute)
+    : layout_(layout), be_(backend), dt_(dtype), st_(dtype == DType::F64 ? DType::F64 : DType::F32), B_(B), T_(T),
+      recompute_(recompute) {
   const ModelConfig& c = layout.config();
   ST_CHECK(B >= 1 && T >= 1, "micro-batch shape must be positive, got B=", B, " T=", T);
   N_ = B * T;
@@ -27,24 +43,37 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
     t = be_.alloc(d, n);
     owned_.push_back(&t);
   };
-  auto make_vec = [&](std::vector<Tensor>& v, int count, DType d, size_t n) {
+  auto make_vec = [&](std::vector<Tensor>& v, int count, DType d, size_t n, bool shared = false) {
     v.resize(count);
-    for (auto& t : v) make(t, d, n);
+    if (!shared) {
+      for (auto& t : v) make(t, d, n);
+      return;
+    }
+    if (count == 0) return;
+    make(v[0], d, n);  // one buffer, refilled for each layer (recomputed in backward)
+    for (auto& t : v) t = v[0];
   };
+  const Recompute r = recompute;
+  drop_ln1_ = r == Recompute::Norm || r == Recompute::Attn || r == Recompute::Block;
+  drop_ln2_ = r == Recompute::Norm || r == Recompute::Ffn || r == Recompute::Block;
+  drop_attn_ = r == Recompute::Attn || r == Recompute::Block;
+  drop_mid_ = r == Recompute::Block;
+  drop_gu_ = r == Recompute::Ffn || r == Recompute::Block;
+  drop_sw_ = r == Recompute::Swiglu || r == Recompute::Ffn || r == Recompute::Block;
   const size_t N = N_, C = C_, F = F_;
   make(tokens_, DType::I32, N);
   make(targets_, DType::I32, N);
   make_vec(resid_, L_ + 1, dt_, N * C);
-  make_vec(ln1_, L_, dt_, N * C);
-  make_vec(ln2_, L_, dt_, N * C);
+  make_vec(ln1_, L_, dt_, N * C, drop_ln1_);
+  make_vec(ln2_, L_, dt_, N * C, drop_ln2_);
   make_vec(rstd1_, L_, st_, N);
   make_vec(rstd2_, L_, st_, N);
-  make_vec(qkv_, L_, dt_, N * QKV_);
-  make_vec(att_, L_, dt_, N * H_ * hd_);
-  make_vec(lse_, L_, st_, static_cast<size_t>(B_) * H_ * T_);
-  make_vec(mid_, L_, dt_, N * C);
-  make_vec(gu_, L_, dt_, N * 2 * F);
-  make_vec(sw_, L_, dt_, N * F);
+  make_vec(qkv_, L_, dt_, N * QKV_, drop_attn_);
+  make_vec(att_, L_, dt_, N * H_ * hd_, drop_attn_);
+  make_vec(lse_, L_, st_, static_cast<size_t>(B_) * H_ * T_, drop_attn_);
+  make_vec(mid_, L_, dt_, N * C, drop_mid_);
+  make_vec(gu_, L_, dt_, N * 2 * F, drop_gu_);
+  make_vec(sw_, L_, dt_, N * F, drop_sw_);
   make(lnf_, dt_, N * C);
   make(rstdf_, st_, N);
   make(logits_, dt_, static_cast<size_t>(chunk_) * V_);
@@ -174,6 +203,7 @@ void Qwen2Model::backward_blocks(ParamProvider& params) {
     else if (layout_.lm_head_unit() != layout_.embed_unit())
       params.prefetch(layout_.embed_unit(), Pass::Backward);  // a tied embedding is still held
     Tensor g = params.grad(u);
+    recompute_layer(l, w);
     // resid[l+1] = mid + down(swiglu(gate_up(norm2(mid)))): dresid flows to mid unchanged.
     be_.matmul_backward(dsw_, g.slice(o.down_w, C * F), Tensor{}, dresid_, sw_[l], w.slice(o.down_w, C * F), N_,
                         F_, C_);
@@ -192,6 +222,28 @@ void Qwen2Model::backward_blocks(ParamProvider& params) {
     params.release(u, Pass::Backward);
     params.grad_ready(u);
   }
+}
+
+void Qwen2Model::recompute_layer(int l, Tensor w) {
+  if (recompute_ == Recompute::None) return;
+  const BlockOffsets& o = layout_.block();
+  const size_t C = C_, F = F_, QKV = QKV_, A = static_cast<size_t>(H_) * hd_;
+  // The forward's own ops on the kept inputs: the same bits (the fused add + norm of
+  // the forward equals add then norm bit for bit).
+  if (drop_ln1_) be_.rmsnorm_forward(ln1_[l], rstd1_[l], resid_[l], w.slice(o.ln1, C), N_, C_, eps_);
+  if (drop_attn_) {
+    be_.matmul_forward(qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), N_, C_, QKV_);
+    be_.rope_forward(qkv_[l], B_, T_, H_, KV_, hd_, theta_);
+    be_.attention_forward(att_[l], lse_[l], qkv_[l], B_, T_, H_, KV_, hd_);
+  }
+  if (drop_mid_) {
+    be_.matmul_forward(tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, N_, H_ * hd_, C_);
+    be_.add(mid_[l], resid_[l], tmp_, N_ * C);
+  }
+  if (drop_ln2_) be_.rmsnorm_forward(ln2_[l], rstd2_[l], mid_[l], w.slice(o.ln2, C), N_, C_, eps_);
+  if (drop_gu_)
+    be_.matmul_forward(gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, N_, C_, 2 * F_);
+  if (drop_sw_) be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
 }
 
 LossSum Qwen2Model::forward_backward(ParamProvider& params, const int32_t* tokens, const int32_t* targets,

@@ -3,6 +3,7 @@
 // ParamProvider, one unit at a time, so FSDP decides what is gathered when.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -16,11 +17,25 @@ struct LossSum {
   int64_t count = 0;  // number of non-ignored targets
 };
 
+// Activations not kept from forward to backward, recomputed by the backward of each
+// layer instead (less memory, more work; the results are the same bits):
+//   none:   everything kept
+//   norm:   the two RMSNorm outputs (2 x C per token per layer; one norm pass each)
+//   swiglu: silu(gate) * up (F per token per layer; one element-wise pass)
+//   ffn:    the second norm, gate|up and the SwiGLU output (C + 3F; one GEMM more)
+//   attn:   the first norm, q|k|v, the attention output and its statistics
+//           (C + QKV + C; the QKV GEMM, RoPE and the attention forward again)
+//   block:  all but the layer's input (the whole layer forward again)
+enum class Recompute { None, Norm, Swiglu, Ffn, Attn, Block };
+const std::vector<std::string>& recompute_choices();  // the names above, in order
+Recompute parse_recompute(const std::string& name);   // an error naming the choices
+
 class Qwen2Model {
  public:
   // dtype: activation dtype (F32 or F64 on the CPU; BF16 on CUDA).
   // head_chunk: rows of logits materialised at a time by the lm_head + loss.
-  Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk = 0);
+  Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk = 0,
+             Recompute recompute = Recompute::None);
   ~Qwen2Model();
   Qwen2Model(const Qwen2Model&) = delete;
   Qwen2Model& operator=(const Qwen2Model&) = delete;
@@ -46,12 +61,19 @@ class Qwen2Model {
   // them back from the device, so it waits for the work enqueued so far.
   LossSum sum_losses(const int32_t* host_targets, int ignore_index);
   void backward_blocks(ParamProvider& params);
+  // Recomputes what recompute_ dropped for layer l from what was kept, into the
+  // layer's (shared) buffers; w: the layer's gathered weights.
+  void recompute_layer(int l, Tensor w);
 
   const ParamLayout& layout_;
   Backend& be_;
   DType dt_, st_;  // activations, statistics
   int B_, T_, N_, C_, F_, V_, H_, KV_, hd_, QKV_, L_, chunk_;
   float eps_, theta_;
+  Recompute recompute_;
+  // Which per-layer activations are one shared buffer, refilled by recompute_layer.
+  bool drop_ln1_ = false, drop_ln2_ = false, drop_attn_ = false, drop_mid_ = false, drop_gu_ = false,
+       drop_sw_ = false;
 
   // Activations, saved for backward (shape comments per layer l).
   Tensor tokens_, targets_;        // (N) i32

@@ -20,6 +20,7 @@
 #include "backend/factory.h"
 #include "core/error.h"
 #include "io/hf_checkpoint.h"
+#include "model/qwen2.h"
 #include "train/metrics.h"
 #include "train/toml_text.h"
 
@@ -106,6 +107,11 @@ const std::vector<Key>& schema() {
         {"train.seed", field<&RunConfig::train, &TrainOptions::seed>(), "seed for initialisation and data order"},
         {"train.device", field<&RunConfig::train, &TrainOptions::device>(), "where to train", {}, backend_devices()},
         {"train.log_every", field<&RunConfig::train, &TrainOptions::log_every>(), "log loss and throughput every N steps", at_least(1)},
+        {"train.recompute", field<&RunConfig::train, &TrainOptions::recompute>(),
+         "activations recomputed in backward instead of kept (less memory, same results): none, norm (the RMSNorm "
+         "outputs), swiglu (its output), ffn (norm 2, gate|up, SwiGLU), attn (norm 1, qkv, attention), block "
+         "(all but each layer's input)",
+         {}, recompute_choices()},
         {"train.peak_tflops", field<&RunConfig::train, &TrainOptions::peak_tflops>(),
          "dense bf16 TFLOP/s that MFU is measured against; 0 = the datasheet value for the GPU "
          "(H100/H200 989, A100 312, L4 121)",

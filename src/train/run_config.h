@@ -27,6 +27,7 @@ struct TrainOptions {           // [train]
   std::string device = "cpu";   // one of backend_devices()
   int log_every = 10;           // step line every N steps
   double peak_tflops = 0;       // MFU denominator; 0 = the device table
+  std::string recompute = "none";  // one of recompute_choices() (model/qwen2.h)
 };
 
 struct RunOptions {                // [run]

@@ -139,7 +139,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
   // never exist for the whole micro-batch at once.
   const int head_chunk = backend.device() == Device::CPU ? 0 : 4096;
   model_ = std::make_unique<Qwen2Model>(*layout_, be_, fo.compute_dtype, cfg.train.micro_batch, cfg.train.seq_len,
-                                        head_chunk);
+                                        head_chunk, parse_recompute(cfg.train.recompute));
   data_ = make_token_source(cfg.data, cfg.model.vocab_size, cfg.train.seed, cfg.train.seq_len);
   schedule_ = LrSchedule::from(cfg.optim, cfg.train.steps);
   flops_per_token_ = flops_per_token(cfg.model, cfg.train.seq_len);
@@ -256,7 +256,13 @@ void Trainer::print_header() const {
   if (gathered.held_tied_embedding) row("  tied embedding (held from forward to backward)", gathered.held_tied_embedding);
   if (gathered.grads) row("  unit gradients (fp32, accumulating)", gathered.grads);
   if (gathered.in_flight) row("  reduction in flight (fp32 input + shard)", gathered.in_flight);
-  row("activations and scratch (one micro-batch)", model_->activation_bytes());
+  {
+    const double tokens = static_cast<double>(cfg_.train.micro_batch) * cfg_.train.seq_len;
+    std::snprintf(buf, sizeof buf, "activations and scratch (one micro-batch, %.2f MiB per token%s)",
+                  static_cast<double>(model_->activation_bytes()) / tokens / (1 << 20),
+                  cfg_.train.recompute == "none" ? "" : (", recompute " + cfg_.train.recompute).c_str());
+    row(buf, model_->activation_bytes());
+  }
   row("workspace", be_.workspace_bytes());
   row("total (estimate)", estimated_peak_bytes());
   if (fabric_) {
@@ -393,6 +399,7 @@ TrainResult Trainer::run(bool verbose) {
   if (prof_ && cfg_.run.profile_warmup == 0) prof_->open_window(), profile_ms_ = 0;
   for (int s = start; s < cfg_.train.steps; ++s) {
     const StepMetrics m = step(s);
+    if (s == first) first_step_after_start_ = seconds_since_process_start();
     r.losses.push_back(m.loss);
     r.grad_norms.push_back(m.grad_norm);
     if (s > first) timed_tokens += m.tokens_per_s * m.step_s, timed_s += m.step_s;  // the first step warms up
@@ -470,7 +477,15 @@ TrainResult Trainer::run(bool verbose) {
         bar.clear();
         log_info(format_step_line(m));
       }
-      if (s == first) log_info(memory_check_line(step1_peak));
+      if (s == first) {
+        log_info(memory_check_line(step1_peak));
+        if (first_step_after_start_ > 0) {
+          char buf[128];
+          std::snprintf(buf, sizeof buf, "first step done %.2f s after the process started (set-up %.2f s, step %.2f s)",
+                        first_step_after_start_, first_step_after_start_ - m.step_s, m.step_s);
+          log_info(buf);
+        }
+      }
       bar.update(m);
     }
     if (stop) break;  // every rank, at the same step
@@ -537,7 +552,8 @@ TrainResult Trainer::run(bool verbose) {
                           {"tflops_per_rank", r.tflops_per_rank},
                           {"mfu", r.mfu},
                           {"peak_tflops", peak_tflops_},
-                          {"peak_memory_bytes", r.peak_memory_bytes}}
+                          {"peak_memory_bytes", r.peak_memory_bytes},
+                          {"first_step_after_start_s", first_step_after_start_}}
                 .dump(1) + "\n");
   }
   if (!cfg_.run.export_dir.empty()) {

@@ -83,7 +83,8 @@ class Trainer {
   std::string resumed_from_;
   double load_s_ = 0;
   double ckpt_began_ = 0;  // when the checkpoint being written had its shards copied
-  double profile_ms_ = 0;  // step time summed over the profile window
+  double profile_ms_ = 0;
+  double first_step_after_start_ = 0;  // seconds from process start to the end of the first step  // step time summed over the profile window
 };
 
 }  // namespace st

@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "comm/process_groups.h"
 #include "model/config.h"
+#include "model/qwen2.h"
 #include "train/trainer.h"
 
 namespace st {
@@ -43,6 +44,32 @@ TEST(Trainer, SameSeedGivesBitwiseEqualLosses) {
   RunConfig other = cfg;
   other.train.seed = cfg.train.seed + 1;
   EXPECT_NE(run(other).losses[0], a.losses[0]);
+}
+
+// Every train.recompute choice trains the same bits as keeping everything, with less
+// activation memory; "block" keeps the least.
+TEST(Trainer, RecomputeGivesTheSameLossesWithLessMemory) {
+  RunConfig keep = small_run(4);
+  const TrainResult want = run(keep);
+  size_t none_bytes = 0, least = SIZE_MAX;
+  std::string least_name;
+  for (const std::string& choice : recompute_choices()) {
+    RunConfig cfg = keep;
+    cfg.train.recompute = choice;
+    const TrainResult got = run(cfg);
+    ASSERT_EQ(got.losses.size(), want.losses.size()) << choice;
+    for (size_t i = 0; i < want.losses.size(); ++i) {
+      EXPECT_EQ(got.losses[i], want.losses[i]) << choice << ", step " << i + 1;
+      EXPECT_EQ(got.grad_norms[i], want.grad_norms[i]) << choice << ", step " << i + 1;
+    }
+    if (choice == "none") none_bytes = got.peak_memory_bytes;
+    else EXPECT_LT(got.peak_memory_bytes, none_bytes) << choice;
+    if (got.peak_memory_bytes < least) least = got.peak_memory_bytes, least_name = choice;
+  }
+  EXPECT_EQ(least_name, "block");
+  RunConfig bad = keep;
+  bad.train.recompute = "everything";
+  EXPECT_THROW(run(bad), Error);
 }
 
 TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {
