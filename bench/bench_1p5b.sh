@@ -2,19 +2,24 @@
 # Side by side on one GPU: shardtrain against the PyTorch FSDP2 anchor
 # (../shared/bench/torch_fsdp2_baseline.py, eager and --compile), Qwen2.5-1.5B,
 # random token ids, the same sequence length; then one table of tokens/s per GPU,
-# model TFLOP/s, MFU, peak memory and our ratio over each.
+# model TFLOP/s, MFU, peak memory, activations per token and our ratio over each,
+# the best micro-batch per train.recompute choice, and the op profile of our best run
+# (every run profiles steps 6-10 with run.profile; the window costs nothing outside).
 #
 # Run from the repository root on the GPU machine:
 #   bench/bench_1p5b.sh [SHARDTRAIN_BINARY] [OUT_DIR]
-# Environment: SEQ (2048), MBS (micro-batches to try for shardtrain, "4 8"),
-# STEPS (20: 5 warm-up + 15 timed, as the anchor), TORCH_MBS (8: the anchor's best).
+# Environment: SEQ (2048), MBS (micro-batches to try, "8 16"), RECOMPUTE (choices
+# to try, "none"; e.g. "none norm swiglu"), STEPS (20: 5 warm-up + 15 timed, as
+# the anchor), TORCH_MBS (8: the anchor's best), TORCH (1; 0 skips the anchor).
 # The anchor is read from .anchor/ (copied there from ../shared/bench when present).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build/shardtrain}
 OUT=${2:-bench-out}
 SEQ=${SEQ:-2048}
-MBS=${MBS:-"4 8"}
+MBS=${MBS:-"8 16"}
+RECOMPUTE=${RECOMPUTE:-none}
+TORCH=${TORCH:-1}
 STEPS=${STEPS:-20}
 TORCH_MBS=${TORCH_MBS:-8}
 export NCCL_NVLS_ENABLE=0
@@ -25,19 +30,25 @@ ANCHOR=.anchor/torch_fsdp2_baseline.py
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 "$BIN" --version > "$OUT/version.txt" 2>&1
-for mb in $MBS; do
-  echo "== shardtrain micro-batch $mb"
-  "$BIN" train --config configs/qwen2.5-1.5b.toml --train.seq_len="$SEQ" --train.micro_batch="$mb" \
-    --train.steps="$STEPS" --train.log_every=5 --run.progress=off --run.out_dir="$OUT/ours_mb$mb" \
-    > "$OUT/ours_mb$mb.log" 2>&1
-  echo "exit $?" >> "$OUT/ours_mb$mb.log"
-  tail -3 "$OUT/ours_mb$mb.log"
+for rc in $RECOMPUTE; do
+  for mb in $MBS; do
+    name="ours_${rc}_mb$mb"
+    echo "== shardtrain recompute $rc, micro-batch $mb"
+    "$BIN" train --config configs/qwen2.5-1.5b.toml --train.seq_len="$SEQ" --train.micro_batch="$mb" \
+      --train.recompute="$rc" --train.steps="$STEPS" --train.log_every=5 --run.progress=off \
+      --run.profile=true --run.profile_warmup=5 --run.profile_steps=5 --run.out_dir="$OUT/$name" \
+      > "$OUT/$name.log" 2>&1
+    echo "exit $?" >> "$OUT/$name.log"
+    grep -E "first step done|^done:|^exit|out of memory" "$OUT/$name.log"
+  done
 done
-for mode in eager compile; do
-  echo "== torch FSDP2 $mode"
-  flag=""; [ "$mode" = compile ] && flag="--compile"
-  python3 "$ANCHOR" --size 1.5b --seq "$SEQ" --mbs "$TORCH_MBS" --steps 15 $flag > "$OUT/torch_$mode.log" 2>&1
-  grep '^{' "$OUT/torch_$mode.log" | tail -1 > "$OUT/torch_$mode.json"
-  tail -1 "$OUT/torch_$mode.log"
-done
+if [ "$TORCH" = 1 ]; then
+  for mode in eager compile; do
+    echo "== torch FSDP2 $mode"
+    flag=""; [ "$mode" = compile ] && flag="--compile"
+    python3 "$ANCHOR" --size 1.5b --seq "$SEQ" --mbs "$TORCH_MBS" --steps 15 $flag > "$OUT/torch_$mode.log" 2>&1
+    grep '^{' "$OUT/torch_$mode.log" | tail -1 > "$OUT/torch_$mode.json"
+    tail -1 "$OUT/torch_$mode.log"
+  done
+fi
 python3 bench/compare.py "$OUT" --warmup 5 | tee "$OUT/table.md"
