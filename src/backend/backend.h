@@ -55,6 +55,11 @@ class Backend {
   // Host <-> backend: host pointers hold elements of the tensor's own dtype.
   virtual void upload(Tensor dst, const void* host) = 0;
   virtual void download(void* host, Tensor src) = 0;
+  // upload() of token ids (I32), checked on the host first: every id in [0, V) (or
+  // equal to `ignore` when has_ignore); a bad one is an error naming `what`, the id
+  // and its row, before anything is uploaded. Ops that read ids checked this way
+  // skip their own check (on a GPU that check waits for the device).
+  virtual void upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore, const char* what);
   // Host memory that download() fills fastest (page-locked on CUDA, so the copy runs
   // at the bus's rate); null when it cannot be had. Freed with free_host.
   virtual void* alloc_host(size_t bytes) { return std::malloc(bytes); }

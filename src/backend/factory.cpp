@@ -1,5 +1,7 @@
 #include "backend/factory.h"
 
+#include "backend/op_checks.h"
+
 #include <algorithm>
 #include <vector>
 
@@ -76,6 +78,20 @@ void Backend::fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev)
       upload(t.slice(at, n), f.data());
     }
   }
+}
+
+void check_ids_on_host(const int32_t* ids, size_t n, int V, bool has_ignore, int ignore, const char* what) {
+  for (size_t r = 0; r < n; ++r) {
+    const int32_t id = ids[r];
+    if (has_ignore && id == ignore) continue;
+    ST_CHECK(id >= 0 && id < V, what, " ", id, " at row ", r, " is outside [0, V=", V, ")");
+  }
+}
+
+void Backend::upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore, const char* what) {
+  ST_CHECK(dst.dtype == DType::I32, "upload_ids: ", what, " tensor is ", dtype_name(dst.dtype), ", expected i32");
+  check_ids_on_host(host, dst.numel, V, has_ignore, ignore, what);
+  upload(dst, host);
 }
 
 }  // namespace st

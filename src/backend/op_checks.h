@@ -2,6 +2,7 @@
 // its message, so a wrong call reads "matmul_forward: weight holds 10 elements, needs 12".
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "backend/tensor.h"
 #include "core/error.h"
@@ -11,6 +12,10 @@ namespace st {
 inline void check_dim(const char* op, const char* name, long long v) {
   ST_CHECK(v > 0, op, ": ", name, " must be positive, got ", v);
 }
+
+// Every id of ids[0, n) in [0, V) (or == ignore when has_ignore); the error names
+// `what`, the id and its row (backend/factory.cpp).
+void check_ids_on_host(const int32_t* ids, size_t n, int V, bool has_ignore, int ignore, const char* what);
 
 // `t` must hold at least `count` elements of dtype `dt`.
 inline void check_buf(const char* op, const char* name, Tensor t, DType dt, size_t count) {

@@ -497,6 +497,12 @@ void ProfilingBackend::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size
         [&] { inner_.adamw(param, grad, m, v, n, p); });
 }
 
+void ProfilingBackend::upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore,
+                                  const char* what) {
+  if (!open_) return inner_.upload_ids(dst, host, V, has_ignore, ignore, what);
+  timed("upload", false, dst.bytes(), [&] { inner_.upload_ids(dst, host, V, has_ignore, ignore, what); });
+}
+
 void ProfilingBackend::fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) {
   if (!open_) return inner_.fill_normal(t, key, first, stddev);
   timed("fill_normal", false, t.bytes(), [&] { inner_.fill_normal(t, key, first, stddev); });

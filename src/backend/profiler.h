@@ -126,6 +126,7 @@ class ProfilingBackend : public Backend {
   void fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) override;
   void copy(Tensor dst, Tensor src) override;
   void upload(Tensor dst, const void* host) override;
+  void upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore, const char* what) override;
   void download(void* host, Tensor src) override;
   void* alloc_host(size_t bytes) override { return inner_.alloc_host(bytes); }
   void free_host(void* p) override { inner_.free_host(p); }

@@ -251,8 +251,10 @@ LossSum Qwen2Model::forward_backward(ParamProvider& params, const int32_t* token
   const int eu = layout_.embed_unit();
   const bool tied = layout_.lm_head_unit() == eu;
   const size_t C = C_, V = V_;
-  be_.upload(tokens_, tokens);
-  be_.upload(targets_, targets);
+  // Checked here once per micro-batch, so the ops that read them need not wait for
+  // the device to check them.
+  be_.upload_ids(tokens_, tokens, V_, false, 0, "token id");
+  be_.upload_ids(targets_, targets, V_, true, ignore_index, "target");
 
   Tensor we = params.acquire(eu, Pass::Forward);  // held to the end when tied
   params.prefetch(layout_.layer_unit(0), Pass::Forward);
@@ -277,8 +279,10 @@ LossSum Qwen2Model::forward(ParamProvider& params, const int32_t* tokens, const 
   const int eu = layout_.embed_unit();
   const bool tied = layout_.lm_head_unit() == eu;
   const size_t C = C_, V = V_;
-  be_.upload(tokens_, tokens);
-  be_.upload(targets_, targets);
+  // Checked here once per micro-batch, so the ops that read them need not wait for
+  // the device to check them.
+  be_.upload_ids(tokens_, tokens, V_, false, 0, "token id");
+  be_.upload_ids(targets_, targets, V_, true, ignore_index, "target");
   Tensor we = params.acquire(eu, Pass::Forward);
   params.prefetch(layout_.layer_unit(0), Pass::Forward);
   be_.embedding_forward(resid_[0], tokens_, we.slice(layout_.embed_offset(), V * C), N_, C_, V_);

@@ -217,6 +217,14 @@ TEST_F(CpuOps, OutOfRangeIdsThrow) {
       {"token id 5", "row 2", "V=5"});
   expect_error([&] { be->embedding_forward(out, ids({0, -1, 1}), wte, 3, 2, 5); }, {"token id -1", "row 1"});
   expect_error([&] { be->embedding_backward(wte, out, ids({7, 0, 1}), 3, 2, 5); }, {"token id 7", "row 0"});
+  {
+    Tensor t = be->alloc(DType::I32, 3);
+    const std::vector<int32_t> bad = {1, 2, 9}, ignored = {1, -100, 2};
+    expect_error([&] { be->upload_ids(t, bad.data(), 5, false, 0, "token id"); }, {"token id 9", "row 2", "V=5"});
+    expect_error([&] { be->upload_ids(t, ignored.data(), 5, false, 0, "target"); }, {"target -100", "row 1"});
+    be->upload_ids(t, ignored.data(), 5, true, -100, "target");  // the ignore index passes
+    be->free(t);
+  }
   Tensor logits = rand(3 * 4), losses = make(DType::F64, 3);
   expect_error(
       [&] {

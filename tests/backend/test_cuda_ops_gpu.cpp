@@ -915,5 +915,26 @@ TEST_F(CudaOps, FillNormalMatchesTheCpu) {
   EXPECT_LE(differ, n / 100000) << "of " << n;
 }
 
+// Ids checked on the host by upload_ids: a bad one is refused before the upload,
+// naming it and its row; checked ones are trusted by the ops until something else
+// writes their memory, after which the ops check again.
+TEST_F(CudaOps, UploadIdsChecksOnTheHostAndOnlyOnce) {
+  if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int N = 3, C = 2, V = 5;
+  Tensor wte = gpu_from(randv(V * C), DType::F32), out = gpu_poisoned(DType::F32, N * C);
+  Tensor ids = make(gpu(), DType::I32, N);
+  const std::vector<int32_t> good = {0, 4, 1}, bad = {0, 1, 5};
+  expect_error([&] { gpu().upload_ids(ids, bad.data(), V, false, 0, "token id"); }, {"token id 5", "row 2", "V=5"});
+  gpu().upload_ids(ids, good.data(), V, false, 0, "token id");
+  gpu().embedding_forward(out, ids, wte, N, C, V);
+  EXPECT_TRUE(std::isfinite(get(out)[0]));
+  gpu().upload(ids, bad.data());  // a plain upload: no longer trusted
+  expect_error([&] { gpu().embedding_forward(out, ids, wte, N, C, V); }, {"embedding_forward", "token id 5", "row 2"});
+  // Checked with an ignore index: trusted only by an op with the same one.
+  const std::vector<int32_t> ignored = {0, -100, 1};
+  gpu().upload_ids(ids, ignored.data(), V, true, -100, "target");
+  expect_error([&] { gpu().embedding_forward(out, ids, wte, N, C, V); }, {"token id -100", "row 1"});
+}
+
 }  // namespace
 }  // namespace st

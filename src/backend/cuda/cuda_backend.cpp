@@ -17,6 +17,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -139,6 +140,7 @@ class CudaBackend final : public Backend {
     return t;
   }
   void free(Tensor& t) override {
+    forget_checked_ids(t);
     if (t.data) {
       use_device();
       ST_CUDA(cudaFreeAsync(t.data, stream_));  // stream-ordered: safe while kernels still read it
@@ -146,11 +148,13 @@ class CudaBackend final : public Backend {
     t.data = nullptr;
   }
   void zero(Tensor t) override {
+    forget_checked_ids(t);
     if (t.empty()) return;
     use_device();
     ST_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
   }
   void fill(Tensor t, double value) override {
+    forget_checked_ids(t);
     ST_CHECK(!t.empty() || t.numel == 0, "fill: empty tensor of ", t.numel, " elements");
     use_device();
     cuda::fill(t.data, t.dtype, t.numel, value, stream_);
@@ -163,6 +167,7 @@ class CudaBackend final : public Backend {
     cuda::fill_normal(t.data, t.dtype, t.numel, key, first, stddev, stream_);
   }
   void copy(Tensor dst, Tensor src) override {
+    forget_checked_ids(dst);
     ST_CHECK(dst.numel == src.numel, "copy: dst has ", dst.numel, " elements, src ", src.numel);
     if (dst.numel == 0) return;
     ST_CHECK(!dst.empty() && !src.empty(), "copy: empty tensor");
@@ -173,11 +178,18 @@ class CudaBackend final : public Backend {
       cuda::convert(dst.data, dst.dtype, src.data, src.dtype, src.numel, stream_);
   }
   void upload(Tensor dst, const void* host) override {
+    forget_checked_ids(dst);
     ST_CHECK(!dst.empty() || dst.numel == 0, "upload: empty tensor of ", dst.numel, " elements");
     if (dst.numel == 0) return;
     use_device();
     ST_CUDA(cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, stream_));
     ST_CUDA(cudaStreamSynchronize(stream_));  // the caller may reuse `host` at once
+  }
+  void upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore, const char* what) override {
+    ST_CHECK(dst.dtype == DType::I32, "upload_ids: ", what, " tensor is ", dtype_name(dst.dtype), ", expected i32");
+    check_ids_on_host(host, dst.numel, V, has_ignore, ignore, what);
+    upload(dst, host);  // forgets older checks of this memory
+    checked_ids_.push_back({static_cast<const char*>(dst.data), dst.bytes(), V, has_ignore, ignore});
   }
   void download(void* host, Tensor src) override {
     ST_CHECK(!src.empty() || src.numel == 0, "download: empty tensor of ", src.numel, " elements");
@@ -530,7 +542,32 @@ class CudaBackend final : public Backend {
 
   // Ids outside [0, V) (other than `ignore`) are an error, reported with the first
   // offending row as the CPU backend does. Costs one synchronisation per call.
+  // Id buffers upload_ids checked on the host, until something else writes them.
+  struct CheckedIds {
+    const char* begin;
+    size_t bytes;
+    int V;
+    bool has_ignore;
+    int ignore;
+  };
+  std::vector<CheckedIds> checked_ids_;
+  void forget_checked_ids(Tensor t) {
+    if (checked_ids_.empty() || !t.data) return;
+    const char* b = static_cast<const char*>(t.data);
+    const char* e = b + t.bytes();
+    std::erase_if(checked_ids_, [&](const CheckedIds& c) { return c.begin < e && b < c.begin + c.bytes; });
+  }
+  bool ids_checked(Tensor ids, int N, int V, bool has_ignore, int ignore) const {
+    const char* b = static_cast<const char*>(ids.data);
+    const char* e = b + size_t(N) * sizeof(int32_t);
+    for (const CheckedIds& c : checked_ids_)
+      if (c.begin <= b && e <= c.begin + c.bytes && c.V <= V && (!c.has_ignore || (has_ignore && c.ignore == ignore)))
+        return true;
+    return false;
+  }
+
   void check_ids(const char* op, const char* what, Tensor ids, int N, int V, bool has_ignore, int ignore) {
+    if (ids_checked(ids, N, V, has_ignore, ignore)) return;  // checked on the host at upload
     int* first_bad = static_cast<int*>(small_dev_);
     ST_CUDA(cudaMemsetAsync(first_bad, 0x7f, sizeof(int), stream_));  // 0x7f7f7f7f: above any row
     cuda::find_bad_id(first_bad, ids.as<int32_t>(), N, V, has_ignore, ignore, stream_);
