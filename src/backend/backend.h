@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/tensor.h"
 
@@ -84,6 +86,13 @@ class Backend {
   virtual void accumulate(Tensor acc, Tensor x, size_t n) = 0;
   // Sum of squares of x[0:n), computed in double, returned on the host.
   virtual double sum_squares(Tensor x, size_t n) = 0;
+  // sum_squares of each part, summed in order on the host: the same double as
+  // calling sum_squares part by part, with one wait for the device instead of many.
+  virtual double sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) {
+    double total = 0;
+    for (const auto& [x, n] : parts) total += sum_squares(x, n);
+    return total;
+  }
 
   // ---- embedding ----------------------------------------------------------------
   // out (N,C) = wte (V,C)[tokens (N)]. Token ids outside [0,V) are an error.

@@ -503,6 +503,15 @@ void ProfilingBackend::upload_ids(Tensor dst, const int32_t* host, int V, bool h
   timed("upload", false, dst.bytes(), [&] { inner_.upload_ids(dst, host, V, has_ignore, ignore, what); });
 }
 
+double ProfilingBackend::sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) {
+  if (!open_) return inner_.sum_squares_total(parts);
+  size_t bytes = 0;
+  for (const auto& [x, n] : parts) bytes += n * es(x);
+  double r = 0;
+  timed("sum_squares", false, bytes, [&] { r = inner_.sum_squares_total(parts); });
+  return r;
+}
+
 void ProfilingBackend::fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) {
   if (!open_) return inner_.fill_normal(t, key, first, stddev);
   timed("fill_normal", false, t.bytes(), [&] { inner_.fill_normal(t, key, first, stddev); });

@@ -140,6 +140,7 @@ class ProfilingBackend : public Backend {
   void add(Tensor out, Tensor a, Tensor b, size_t n) override;
   void accumulate(Tensor acc, Tensor x, size_t n) override;
   double sum_squares(Tensor x, size_t n) override;
+  double sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) override;
 
   void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) override;
   void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) override;

@@ -271,8 +271,9 @@ void Fsdp::sync_grads() {
 
 double Fsdp::grad_norm() {
   sync_grads();
-  double local = 0;
-  for (int u = 0; u < layout_.num_units(); ++u) local += be_.sum_squares(units_[u].grad, plan_.shard_numel(u));
+  std::vector<std::pair<Tensor, size_t>> parts;
+  for (int u = 0; u < layout_.num_units(); ++u) parts.push_back({units_[u].grad, plan_.shard_numel(u)});
+  const double local = be_.sum_squares_total(parts);  // one wait for the device
   return std::sqrt(comm_.all_reduce_sum(local));
 }
 

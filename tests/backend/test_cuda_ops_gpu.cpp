@@ -936,5 +936,19 @@ TEST_F(CudaOps, UploadIdsChecksOnTheHostAndOnlyOnce) {
   expect_error([&] { gpu().embedding_forward(out, ids, wte, N, C, V); }, {"token id -100", "row 1"});
 }
 
+// The gradient norm's one-wait form gives the same double as part by part.
+TEST_F(CudaOps, SumSquaresTotalIsThePartsSummedInOrder) {
+  if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::pair<Tensor, size_t>> parts;
+  double want = 0;
+  for (size_t n : {size_t{1}, size_t{1000}, size_t{0}, size_t{123457}, size_t{4096}}) {
+    Tensor t = gpu_from_at(randv(n + 1), DType::F32, n % 3);
+    parts.push_back({t, n});
+    want += gpu().sum_squares(t, n);
+  }
+  EXPECT_EQ(gpu().sum_squares_total(parts), want);
+  EXPECT_EQ(cpu->sum_squares_total({}), 0.0);
+}
+
 }  // namespace
 }  // namespace st

@@ -100,6 +100,8 @@ class CudaBackend final : public Backend {
     matmul_.reset();
     if (small_dev_) (void)cudaFree(small_dev_);
     if (small_host_) (void)cudaFreeHost(small_host_);
+    if (sums_dev_) (void)cudaFree(sums_dev_);
+    if (sums_host_) (void)cudaFreeHost(sums_host_);
     if (stream_) (void)cudaStreamDestroy(stream_);
   }
 
@@ -252,6 +254,37 @@ class CudaBackend final : public Backend {
     ST_CUDA(cudaMemcpyAsync(small_host_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
     ST_CUDA(cudaStreamSynchronize(stream_));
     return *static_cast<double*>(small_host_);
+  }
+
+  double sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) override {
+    if (parts.empty()) return 0.0;
+    use_device();
+    const size_t k = parts.size();
+    if (sums_capacity_ < k) {
+      if (sums_dev_) ST_CUDA(cudaFree(sums_dev_));
+      if (sums_host_) ST_CUDA(cudaFreeHost(sums_host_));
+      sums_dev_ = nullptr, sums_host_ = nullptr, sums_capacity_ = 0;
+      ST_CUDA(cudaMalloc(&sums_dev_, k * sizeof(double)));
+      ST_CUDA(cudaMallocHost(&sums_host_, k * sizeof(double)));
+      sums_capacity_ = k;
+    }
+    for (size_t i = 0; i < k; ++i) {
+      const auto& [x, n] = parts[i];
+      ST_CHECK(x.numel >= n, "sum_squares: x holds ", x.numel, " elements, needs ", n);
+      if (n == 0) {
+        ST_CUDA(cudaMemsetAsync(sums_dev_ + i, 0, sizeof(double), stream_));
+        continue;
+      }
+      dispatch(act_dtype("sum_squares", "x", x), [&](auto tag) {
+        using T = decltype(tag);
+        cuda::sum_squares(sums_dev_ + i, x.as<T>(), n, stream_);
+      });
+    }
+    ST_CUDA(cudaMemcpyAsync(sums_host_, sums_dev_, k * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    ST_CUDA(cudaStreamSynchronize(stream_));
+    double total = 0;
+    for (size_t i = 0; i < k; ++i) total += sums_host_[i];  // in order, as part by part
+    return total;
   }
 
   // ---- embedding ------------------------------------------------------------------------
@@ -599,6 +632,9 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::Matmul> matmul_;
   void* small_dev_ = nullptr;   // 64 bytes: sum_squares result, first bad id row
+  double* sums_dev_ = nullptr;   // sum_squares_total: one result per part
+  double* sums_host_ = nullptr;
+  size_t sums_capacity_ = 0;
   void* small_host_ = nullptr;  // 64 bytes pinned: their read-back
   cuda::DeviceScratch norm_scratch_;  // rmsnorm_backward's dweight partials, grown on demand
 };
