@@ -20,9 +20,11 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/attention_cudnn.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/matmul.h"
+#include "core/log.h"
 
 namespace st {
 namespace cuda {
@@ -96,6 +98,7 @@ class CudaBackend final : public Backend {
     (void)cudaSetDevice(device_);
     (void)cudaStreamSynchronize(stream_);
     cuda::scratch_release(norm_scratch_, stream_);
+    cudnn_attention_.reset();  // frees its workspace on the stream
     (void)cudaStreamSynchronize(stream_);
     matmul_.reset();
     if (small_dev_) (void)cudaFree(small_dev_);
@@ -108,13 +111,17 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::CUDA; }
   std::string name() const override { return name_; }
 
-  size_t workspace_bytes() const override { return matmul_->workspace_bytes(); }
+  // cuBLASLt's workspace, and cuDNN attention's once its first call has sized it.
+  size_t workspace_bytes() const override {
+    return matmul_->workspace_bytes() + (cudnn_attention_ ? cudnn_attention_->workspace_bytes() : 0);
+  }
   size_t peak_allocated_bytes() const override {
     cudaMemPool_t pool;
     uint64_t high = 0;
     if (cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess)
       (void)cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high);
-    return static_cast<size_t>(high) + workspace_bytes();
+    // cuDNN's workspace comes from the pool (counted in `high`); cuBLASLt's does not.
+    return static_cast<size_t>(high) + matmul_->workspace_bytes();
   }
   void reset_peak_allocated() override {
     cudaMemPool_t pool;
@@ -424,6 +431,9 @@ class CudaBackend final : public Backend {
     check_buf(op, "lse", lse, DType::F32, rows * H);
     check_buf(op, "qkv", qkv, dt, rows * (H + 2 * KV) * hd);
     use_device();
+    if (dt == DType::BF16 && use_cudnn() &&
+        cudnn_ok(cudnn()->forward(out.as<bf16>(), lse.as<float>(), qkv.as<bf16>(), B, T, H, KV, hd)))
+      return;
     if (dt == DType::BF16 && use_fa2(false, hd, {out.data, qkv.data})) {
       cuda::attention_forward_fa2(out.as<bf16>(), lse.as<float>(), qkv.as<bf16>(), B, T, H, KV, hd, stream_);
       return;
@@ -445,6 +455,10 @@ class CudaBackend final : public Backend {
     check_buf(op, "lse", lse, DType::F32, rows * H);
     check_buf(op, "qkv", qkv, dt, rows * (H + 2 * KV) * hd);
     use_device();
+    if (dt == DType::BF16 && use_cudnn() &&
+        cudnn_ok(cudnn()->backward(dqkv.as<bf16>(), dout.as<bf16>(), out.as<bf16>(), lse.as<float>(),
+                                   qkv.as<bf16>(), B, T, H, KV, hd)))
+      return;
     if (dt == DType::BF16 && use_fa2(true, hd, {dqkv.data, dout.data, out.data, qkv.data})) {
       cuda::attention_backward_fa2(dqkv.as<bf16>(), dout.as<bf16>(), out.as<bf16>(), lse.as<float>(), qkv.as<bf16>(),
                                    B, T, H, KV, hd, stream_);
@@ -552,20 +566,51 @@ class CudaBackend final : public Backend {
         check_dim(op, "hd", hd);
     ST_CHECK(H % KV == 0, op, ": H=", H, " is not a multiple of KV=", KV);
   }
-  // The FlashAttention-2 kernels (attention_fa2*.cu) take the BF16 path at hd 64 and 128
-  // with 16-byte aligned buffers; the legacy kernels (attention.cu) everything else.
-  // SHARDTRAIN_ATTENTION=legacy (or fa2-fwd / fa2-bwd: only that direction) forces the
-  // legacy kernels, for comparisons; read on every call, so a test can switch it.
+  // BF16 attention takes cuDNN's fused attention first (attention_cudnn.cpp; the
+  // deterministic backward), where cuDNN has an engine for the shape; then the
+  // FlashAttention-2 kernels (attention_fa2*.cu) at hd 64 and 128 with 16-byte aligned
+  // buffers; the legacy kernels (attention.cu) everything else.
+  // SHARDTRAIN_ATTENTION picks one for comparisons: cudnn (an error where it cannot
+  // run), fa2, legacy, fa2-fwd / fa2-bwd (FlashAttention-2 in that direction only, the
+  // legacy kernels in the other); unset or auto: the order above. Read on every call,
+  // so a test can switch it.
+  static const char* attention_choice() {
+    const char* e = std::getenv("SHARDTRAIN_ATTENTION");
+    if (!e || !*e) return "auto";
+    for (const char* ok : {"auto", "cudnn", "fa2", "legacy", "fa2-fwd", "fa2-bwd"})
+      if (std::strcmp(e, ok) == 0) return ok;
+    fail("SHARDTRAIN_ATTENTION=", e, ": expected auto, cudnn, fa2, legacy, fa2-fwd or fa2-bwd");
+  }
+  bool use_cudnn() {
+    const char* c = attention_choice();
+    return std::strcmp(c, "cudnn") == 0 || std::strcmp(c, "auto") == 0;
+  }
+  cuda::CudnnAttention* cudnn() {
+    if (!cudnn_attention_) cudnn_attention_ = std::make_unique<cuda::CudnnAttention>(stream_);
+    return cudnn_attention_.get();
+  }
+  // A cuDNN call that could not run (no engine for the shape or GPU): an error when
+  // cuDNN was asked for; otherwise the fallback takes over, said once. The answer is
+  // cached per shape, so asking again is cheap.
+  bool cudnn_ok(bool ran) {
+    if (ran) return true;
+    const std::string why = cudnn_attention_->why_not();
+    if (std::strcmp(attention_choice(), "cudnn") == 0) fail("SHARDTRAIN_ATTENTION=cudnn: ", why);
+    if (!cudnn_warned_) {
+      log_warn("cuDNN fused attention unavailable, using the FlashAttention-2 kernels: " + why);
+      cudnn_warned_ = true;
+    }
+    return false;
+  }
   static bool use_fa2(bool backward, int hd, std::initializer_list<const void*> bufs) {
     if (hd != 64 && hd != 128) return false;
     for (const void* b : bufs)
       if (reinterpret_cast<uintptr_t>(b) % 16 != 0) return false;
-    const char* e = std::getenv("SHARDTRAIN_ATTENTION");
-    if (!e || !*e || std::strcmp(e, "fa2") == 0) return true;
+    const char* e = attention_choice();
     if (std::strcmp(e, "legacy") == 0) return false;
     if (std::strcmp(e, "fa2-fwd") == 0) return !backward;
     if (std::strcmp(e, "fa2-bwd") == 0) return backward;
-    fail("SHARDTRAIN_ATTENTION=", e, ": expected legacy, fa2, fa2-fwd or fa2-bwd");
+    return true;
   }
   static void check_attention(const char* op, int B, int T, int H, int KV, int hd) {
     check_heads(op, B, T, H, KV, hd);
@@ -631,6 +676,8 @@ class CudaBackend final : public Backend {
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::Matmul> matmul_;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;  // created at the first BF16 attention
+  bool cudnn_warned_ = false;
   void* small_dev_ = nullptr;   // 64 bytes: sum_squares result, first bad id row
   double* sums_dev_ = nullptr;   // sum_squares_total: one result per part
   double* sums_host_ = nullptr;
