@@ -26,7 +26,9 @@ export NCCL_NVLS_ENABLE=0
 mkdir -p "$OUT" .anchor
 [ -f ../shared/bench/torch_fsdp2_baseline.py ] && cp ../shared/bench/torch_fsdp2_baseline.py .anchor/
 ANCHOR=.anchor/torch_fsdp2_baseline.py
-[ -f "$ANCHOR" ] || { echo "bench: $ANCHOR is missing (copy ../shared/bench/torch_fsdp2_baseline.py there)"; exit 2; }
+if [ "$TORCH" = 1 ] && [ ! -f "$ANCHOR" ]; then
+  echo "bench: $ANCHOR is missing (copy ../shared/bench/torch_fsdp2_baseline.py there, or TORCH=0)"; exit 2
+fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 "$BIN" --version > "$OUT/version.txt" 2>&1

@@ -1,10 +1,12 @@
 #include "train/checkpointing.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <thread>
 #include <fstream>
 #include <map>
@@ -59,31 +61,73 @@ struct CheckpointWriter::State {
 CheckpointWriter::~CheckpointWriter() {
   join();
   if (reserver_.joinable()) reserver_.join();
-  if (host_ && host_pinned_) host_owner_->free_host(host_);
-  else std::free(host_);
+  free_host();
 }
 
 void CheckpointWriter::join() {
   if (state_ && state_->thread.joinable()) state_->thread.join();
 }
 
-void CheckpointWriter::ensure_host(Backend& owner, size_t floats) {
-  if (host_floats_ >= floats) return;
-  if (host_ && host_pinned_) host_owner_->free_host(host_);
-  else std::free(host_);
+void CheckpointWriter::free_host() {
+  for (HostChunk& c : host_chunks_) {
+    if (c.pinned) host_owner_->free_host(c.data);
+    else std::free(c.data);
+  }
+  host_chunks_.clear();
+  host_pieces_.clear();
+  host_sizes_.clear();
+}
+
+void CheckpointWriter::ensure_host(Backend& owner, const std::vector<size_t>& pieces) {
+  if (pieces == host_sizes_ && !host_pieces_.empty()) return;
+  free_host();
   host_owner_ = &owner;
-  host_ = static_cast<float*>(host_owner_->alloc_host(floats * sizeof(float)));
-  host_pinned_ = host_ != nullptr;
-  if (!host_) host_ = static_cast<float*>(std::malloc(floats * sizeof(float)));
-  host_floats_ = host_ ? floats : 0;
+  size_t chunk = size_t{1} << 28;  // floats: 1 GiB
+  for (size_t n : pieces) chunk = std::max(chunk, n);
+  // Pieces in order, a new chunk when the next one does not fit.
+  std::vector<size_t> chunk_of(pieces.size()), offset(pieces.size()), used;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (used.empty() || used.back() + pieces[i] > chunk) used.push_back(0);
+    chunk_of[i] = used.size() - 1;
+    offset[i] = used.back();
+    used.back() += pieces[i];
+  }
+  for (size_t k = 0; k < used.size(); ++k) {
+    const size_t bytes = std::max<size_t>(used[k], 1) * sizeof(float);
+    HostChunk c;
+    c.data = static_cast<float*>(owner.alloc_host(bytes));
+    c.pinned = c.data != nullptr;
+    if (!c.data) c.data = static_cast<float*>(std::malloc(bytes));
+    if (!c.data) {
+      free_host();
+      fail("checkpoint: cannot allocate ", bytes, " bytes of host memory for the shards");
+    }
+    host_chunks_.push_back(c);
+    std::this_thread::yield();  // the training thread may take the driver between chunks
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) host_pieces_.push_back(host_chunks_[chunk_of[i]].data + offset[i]);
+  host_sizes_ = pieces;
+}
+
+// The sizes of the pieces a save copies, in save order (unit by unit: master, m, v).
+static std::vector<size_t> save_piece_sizes(const ShardPlan& plan) {
+  std::vector<size_t> sizes;
+  for (int u = 0; u < plan.num_units(); ++u)
+    for (size_t k = 0; k < std::size(kStates); ++k) sizes.push_back(plan.shard_numel(u));
+  return sizes;
 }
 
 void CheckpointWriter::reserve(Fsdp& fsdp, Comm* replicate) {
   if (reserver_.joinable() || pending_) return;
   if (replicate && replicate->rank() != 0) return;  // another replica writes this shard
-  const size_t floats = 3 * fsdp.plan().total_shard_numel();
   Backend& owner = fsdp.backend();
-  reserver_ = std::thread([this, &owner, floats] { ensure_host(owner, floats); });
+  reserver_ = std::thread([this, &owner, sizes = save_piece_sizes(fsdp.plan())] {
+    try {
+      ensure_host(owner, sizes);
+    } catch (const std::exception&) {
+      // begin() tries again and reports it
+    }
+  });
 }
 
 void CheckpointWriter::begin(const CheckpointSave& w, const ModelConfig& model, Fsdp& fsdp, Comm& world, Comm& shard,
@@ -114,17 +158,15 @@ void CheckpointWriter::begin(const CheckpointSave& w, const ModelConfig& model, 
   pending_ = true;
   if (replicate && replicate->rank() != 0) return;  // another replica writes this shard
   // The copy to host memory is all that holds training up.
-  const size_t floats = 3 * plan.total_shard_numel();
   if (reserver_.joinable()) reserver_.join();
-  ensure_host(fsdp.backend(), floats);
-  ST_CHECK(host_, "checkpoint: cannot allocate ", floats * sizeof(float), " bytes of host memory for the shards");
+  ensure_host(fsdp.backend(), save_piece_sizes(plan));
   std::vector<std::pair<std::string, std::pair<float*, size_t>>> pieces;  // name -> (data, floats)
-  float* at = host_;
+  size_t k = 0;
   for (int u = 0; u < plan.num_units(); ++u)
     for (const auto& [suffix, state] : kStates) {
+      float* at = host_pieces_[k++];
       fsdp.download_shard_into(u, state, at);
       pieces.push_back({plan.layout().unit(u).name + "." + suffix, {at, plan.shard_numel(u)}});
-      at += plan.shard_numel(u);
     }
   const std::string file = checkpoint_shard_file(shard.rank(), shard.world());
   const int rank = shard.rank(), step = w.step;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/comm.h"
 #include "fsdp/fsdp.h"
@@ -52,16 +53,24 @@ class CheckpointWriter {
 
  private:
   void join();
-  void ensure_host(Backend& owner, size_t floats);
+  // The host copy for pieces of these sizes (floats, in save order): page-locked
+  // chunks of at least 1 GiB, each allocated on its own (pinning 18.5 GB in one call
+  // holds the driver up for seconds; a chunk at a time lets the steps go on between).
+  void ensure_host(Backend& owner, const std::vector<size_t>& pieces);
+  void free_host();
   struct State;
   std::shared_ptr<State> state_;
   bool pending_ = false;
   // The shards' host copy, kept from one save to the next (page-locked where the
   // backend offers it, so the copy runs at the bus's rate).
+  struct HostChunk {
+    float* data = nullptr;
+    bool pinned = false;
+  };
   Backend* host_owner_ = nullptr;
-  float* host_ = nullptr;
-  size_t host_floats_ = 0;
-  bool host_pinned_ = false;
+  std::vector<HostChunk> host_chunks_;
+  std::vector<size_t> host_sizes_;   // the piece sizes the layout was made for
+  std::vector<float*> host_pieces_;  // where each piece goes
   std::thread reserver_;
 };
 
