@@ -17,6 +17,8 @@ packages=(
   libgloo-dev            # CPU collectives over TCP (multi-rank runs without GPUs)
   libyaml-cpp-dev        # Kubernetes manifests (deploy)
   libxxhash-dev          # checkpoint file hashes (XXH3-128)
+  libpcre2-dev           # tokenizer: the pre-tokenizer regex (PCRE2, JIT)
+  libutf8proc-dev        # tokenizer: NFC normalization
 )
 tests=${SHARDTRAIN_TESTS:-ON}
 if [ "$tests" = ON ]; then
