@@ -19,5 +19,7 @@ Command add_export_command(CLI::App& root);
 Command add_launch_command(CLI::App& root);
 Command add_nccl_check_command(CLI::App& root);
 Command add_deploy_command(CLI::App& root);
+Command add_tokenize_command(CLI::App& root);
+Command add_data_command(CLI::App& root);
 
 }  // namespace st

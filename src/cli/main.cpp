@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
                                       st::add_export_command(app), st::add_presets_command(app),
                                       st::add_launch_command(app), st::add_nccl_check_command(app),
                                       st::add_deploy_command(app)};
+  commands.push_back(st::add_tokenize_command(app));
+  commands.push_back(st::add_data_command(app));
 
   try {
     app.parse(argc, argv);

@@ -5,7 +5,7 @@
 namespace st {
 
 const std::vector<std::string>& data_sources() {
-  static const std::vector<std::string> v = {"random", "text"};
+  static const std::vector<std::string> v = {"random", "text", "tokens"};
   return v;
 }
 
@@ -13,7 +13,8 @@ std::unique_ptr<TokenSource> make_token_source(const DataOptions& options, int v
                                                int seq_len) {
   if (options.source == "random") return make_random_source(vocab_size, seed);
   if (options.source == "text") return make_text_source(options.paths, vocab_size, seed, seq_len);
-  fail("data.source must be one of random, text, got '", options.source, "'");
+  if (options.source == "tokens") return make_token_shards_source(options.paths, vocab_size, seed, seq_len);
+  fail("data.source must be one of random, text, tokens, got '", options.source, "'");
 }
 
 }  // namespace st

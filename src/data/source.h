@@ -30,11 +30,11 @@ struct BatchPosition {
 // The [data] section of the run configuration.
 struct DataOptions {
   std::string source = "text";                                  // one of data_sources()
-  std::vector<std::string> paths = {"/usr/share/common-licenses"};  // text files or directories
+  std::vector<std::string> paths = {"/usr/share/common-licenses"};  // text: files or directories; tokens: prepared directories
   int ignore_index = -100;                                      // target id the loss skips (negative)
 };
 
-// The kinds of data.source: random, text.
+// The kinds of data.source: random, text, tokens.
 const std::vector<std::string>& data_sources();
 
 class TokenSource {
@@ -53,6 +53,17 @@ std::unique_ptr<TokenSource> make_random_source(int vocab_size, uint64_t seed);
 // more than T+1 bytes; errors name the path.
 std::unique_ptr<TokenSource> make_text_source(const std::vector<std::string>& paths, int vocab_size,
                                               uint64_t seed, int seq_len);
+
+// Token shards written by `shardtrain data prepare` (data/token_shards.h): `paths` are
+// prepared directories, their shards concatenated in order. The stream is cut into
+// non-overlapping windows of T+1 tokens; sample g of the run is window
+// perm_e(g mod W) of the W windows, where e = g div W is the epoch and perm_e a
+// seeded Feistel permutation of [0, W) (a new one each epoch), so every window is
+// seen once per epoch and g alone decides the sample. At open every shard's header
+// and checksum are verified and every id checked below vocab_size (errors name the
+// shard file, and the token offset of a bad id).
+std::unique_ptr<TokenSource> make_token_shards_source(const std::vector<std::string>& paths, int vocab_size,
+                                                      uint64_t seed, int seq_len);
 
 // The source data.source names, for a model of `vocab_size` ids.
 std::unique_ptr<TokenSource> make_token_source(const DataOptions& options, int vocab_size, uint64_t seed,

@@ -127,10 +127,10 @@ const std::vector<Key>& schema() {
         {"optim.grad_clip", field<&RunConfig::optim, &OptimOptions::grad_clip>(), "clip the global gradient norm to this; 0 disables",
          at_least(0)},
 
-        {"data.source", field<&RunConfig::data, &DataOptions::source>(), "random tokens, or byte-level text from data.paths", {},
+        {"data.source", field<&RunConfig::data, &DataOptions::source>(), "random tokens, byte-level text from data.paths, or token shards from data.paths (shardtrain data prepare)", {},
          data_sources()},
         {"data.paths", field<&RunConfig::data, &DataOptions::paths>(),
-         "text files or directories (comma-separated on the command line)"},
+         "text: files or directories; tokens: prepared directories (comma-separated on the command line)"},
         // Negative so that it can never collide with a token id.
         {"data.ignore_index", field<&RunConfig::data, &DataOptions::ignore_index>(), "target id that the loss skips", below(0)},
 

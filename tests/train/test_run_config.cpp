@@ -236,7 +236,7 @@ TEST(RunConfig, RangeChecksNameKeyAndSource) {
       {"optim.eps", "0", "--optim.eps must be > 0"},
       {"optim.weight_decay", "-0.1", "--optim.weight_decay must be >= 0"},
       {"optim.grad_clip", "-1", "--optim.grad_clip must be >= 0"},
-      {"data.source", "files", "--data.source must be one of random, text, got 'files'"},
+      {"data.source", "files", "--data.source must be one of random, text, tokens, got 'files'"},
       {"data.paths", "", "--data.paths must list at least one"},
       {"run.progress", "maybe", "--run.progress must be one of auto, on, off"},
       {"run.out_dir", "", "--run.out_dir must not be empty"},
