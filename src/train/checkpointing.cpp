@@ -60,7 +60,6 @@ struct CheckpointWriter::State {
 
 CheckpointWriter::~CheckpointWriter() {
   join();
-  if (reserver_.joinable()) reserver_.join();
   free_host();
 }
 
@@ -103,7 +102,6 @@ void CheckpointWriter::ensure_host(Backend& owner, const std::vector<size_t>& pi
       fail("checkpoint: cannot allocate ", bytes, " bytes of host memory for the shards");
     }
     host_chunks_.push_back(c);
-    std::this_thread::yield();  // the training thread may take the driver between chunks
   }
   for (size_t i = 0; i < pieces.size(); ++i) host_pieces_.push_back(host_chunks_[chunk_of[i]].data + offset[i]);
   host_sizes_ = pieces;
@@ -115,19 +113,6 @@ static std::vector<size_t> save_piece_sizes(const ShardPlan& plan) {
   for (int u = 0; u < plan.num_units(); ++u)
     for (size_t k = 0; k < std::size(kStates); ++k) sizes.push_back(plan.shard_numel(u));
   return sizes;
-}
-
-void CheckpointWriter::reserve(Fsdp& fsdp, Comm* replicate) {
-  if (reserver_.joinable() || pending_) return;
-  if (replicate && replicate->rank() != 0) return;  // another replica writes this shard
-  Backend& owner = fsdp.backend();
-  reserver_ = std::thread([this, &owner, sizes = save_piece_sizes(fsdp.plan())] {
-    try {
-      ensure_host(owner, sizes);
-    } catch (const std::exception&) {
-      // begin() tries again and reports it
-    }
-  });
 }
 
 void CheckpointWriter::begin(const CheckpointSave& w, const ModelConfig& model, Fsdp& fsdp, Comm& world, Comm& shard,
@@ -158,7 +143,6 @@ void CheckpointWriter::begin(const CheckpointSave& w, const ModelConfig& model, 
   pending_ = true;
   if (replicate && replicate->rank() != 0) return;  // another replica writes this shard
   // The copy to host memory is all that holds training up.
-  if (reserver_.joinable()) reserver_.join();
   ensure_host(fsdp.backend(), save_piece_sizes(plan));
   std::vector<std::pair<std::string, std::pair<float*, size_t>>> pieces;  // name -> (data, floats)
   size_t k = 0;

@@ -46,16 +46,14 @@ class CheckpointWriter {
   // "" while it is still being written (or when none is pending).
   std::string poll(Comm& world, bool wait);
   bool pending() const { return pending_; }
-  // Starts allocating the host copy for this rank's shards on a thread, so that the
-  // first save does not wait for it (page-locking 18.5 GB takes seconds). Optional:
-  // begin() allocates whatever is still missing.
-  void reserve(Fsdp& fsdp, Comm* replicate);
 
  private:
   void join();
   // The host copy for pieces of these sizes (floats, in save order): page-locked
-  // chunks of at least 1 GiB, each allocated on its own (pinning 18.5 GB in one call
-  // holds the driver up for seconds; a chunk at a time lets the steps go on between).
+  // chunks of at least 1 GiB, allocated at the first save and kept. Page-locking
+  // 18.5 GB takes about 10 s and holds up every CUDA call of the process meanwhile
+  // (allocated on a thread at the start, it delayed the first step by as much), so it
+  // is paid once, at the first save.
   void ensure_host(Backend& owner, const std::vector<size_t>& pieces);
   void free_host();
   struct State;
@@ -71,7 +69,6 @@ class CheckpointWriter {
   std::vector<HostChunk> host_chunks_;
   std::vector<size_t> host_sizes_;   // the piece sizes the layout was made for
   std::vector<float*> host_pieces_;  // where each piece goes
-  std::thread reserver_;
 };
 
 // begin + poll(wait): the whole save, synchronously. Returns the directory written.

@@ -395,7 +395,6 @@ TrainResult Trainer::run(bool verbose) {
   StopSignals signals;
   int stopped_by = 0;
   CheckpointWriter writer;
-  if (cfg_.run.checkpoint_every > 0 && !checkpoint_dir().empty()) writer.reserve(*fsdp_, replicate_);
   if (prof_ && cfg_.run.profile_warmup == 0) prof_->open_window(), profile_ms_ = 0;
   for (int s = start; s < cfg_.train.steps; ++s) {
     const StepMetrics m = step(s);
