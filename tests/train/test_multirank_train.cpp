@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "train/metrics.h"
 #include "support/fork_ranks.h"
 #include "support/shell.h"
 
@@ -234,7 +236,34 @@ TEST(MultiRankTraining, AFullDiskStopsTheRunAndKeepsTheLastCheckpoint) {
     ++lines;
   }
   EXPECT_GT(lines, 0);
-  // The newest complete checkpoint resumes (on a roomier disk: a copy of it).
+  // The save that did not fit left nothing behind.
+  for (const auto& e : fs::directory_iterator(out / "checkpoints"))
+    EXPECT_EQ(e.path().extension(), "") << "left behind: " << e.path();
+  // A metrics line that does not fit is cut off: the file keeps whole lines. The disk
+  // is filled up to one page first (tmpfs counts in pages), which no whole number of
+  // these lines fills exactly.
+  {
+    const fs::path log = disk / "full.jsonl";
+    std::string fill;
+    const Result df = sh("df -B1 --output=avail " + disk.string() + " | tail -1");
+    const long long avail = std::atoll(df.out.c_str());
+    ASSERT_GT(avail, 4096) << df.out;
+    sh("head -c " + std::to_string(avail - 4096) + " /dev/zero > " + (disk / "filler").string() + " 2>/dev/null");
+    st::MetricsLog m(log.string());
+    bool failed = false;
+    for (int i = 0; i < 1000 && !failed; ++i) {
+      try {
+        m.write(nlohmann::json{{"step", i}, {"text", std::string(50, 'x')}});
+      } catch (const std::exception& e) {
+        failed = true;
+        EXPECT_NE(std::string(e.what()).find(log.string()), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_TRUE(failed) << "the disk never filled up";
+    std::ifstream in(log);
+    std::string l;
+    while (std::getline(in, l)) EXPECT_TRUE(nlohmann::json::accept(l)) << l;
+  }
   std::ifstream latest(out / "checkpoints" / "latest");
   std::string name;
   ASSERT_TRUE(std::getline(latest, name)) << r.out;
