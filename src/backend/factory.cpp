@@ -80,11 +80,13 @@ void Backend::fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev)
   }
 }
 
-void check_ids_on_host(const int32_t* ids, size_t n, int V, bool has_ignore, int ignore, const char* what) {
+void check_ids_on_host(const int32_t* ids, size_t n, int V, bool has_ignore, int ignore, const char* what,
+                       const char* op) {
   for (size_t r = 0; r < n; ++r) {
     const int32_t id = ids[r];
     if (has_ignore && id == ignore) continue;
-    ST_CHECK(id >= 0 && id < V, what, " ", id, " at row ", r, " is outside [0, V=", V, ")");
+    ST_CHECK(id >= 0 && id < V, op ? op : "", op ? ": " : "", what, " ", id, " at row ", r, " is outside [0, V=", V,
+             ")");
   }
 }
 

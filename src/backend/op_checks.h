@@ -13,9 +13,11 @@ inline void check_dim(const char* op, const char* name, long long v) {
   ST_CHECK(v > 0, op, ": ", name, " must be positive, got ", v);
 }
 
-// Every id of ids[0, n) in [0, V) (or == ignore when has_ignore); the error names
-// `what`, the id and its row (backend/factory.cpp).
-void check_ids_on_host(const int32_t* ids, size_t n, int V, bool has_ignore, int ignore, const char* what);
+// Every id of ids[0, n) in [0, V) (or == ignore when has_ignore), checked before any
+// output is written; the error names `op` (when given), `what`, the id and its row
+// (backend/factory.cpp).
+void check_ids_on_host(const int32_t* ids, size_t n, int V, bool has_ignore, int ignore, const char* what,
+                       const char* op = nullptr);
 
 // `t` must hold at least `count` elements of dtype `dt`.
 inline void check_buf(const char* op, const char* name, Tensor t, DType dt, size_t count) {

@@ -126,7 +126,7 @@ void Fsdp::track_gathered() {
 // collective never reads the master weights the optimizer updates).
 void Fsdp::start_gather(int u) {
   UnitState& s = units_[u];
-  if (alone()) {  // the shard is the whole (padded) unit: lend it, nothing to gather
+  if (in_place()) {  // the shard is the whole (padded) unit: lend it, nothing to gather
     s.full = compute_shard(s);
     return;
   }
@@ -141,7 +141,7 @@ void Fsdp::start_gather(int u) {
 
 void Fsdp::drop_full(UnitState& s) {
   if (s.full.empty()) return;
-  if (alone()) {  // lent, not owned
+  if (in_place()) {  // lent, not owned
     s.full = Tensor{};
     return;
   }
@@ -176,7 +176,7 @@ void Fsdp::release(int u, Pass pass) {
 
 Tensor Fsdp::grad(int u) {
   UnitState& s = units_.at(u);
-  if (alone()) return s.grad;  // accumulated in place: the shard is the whole unit
+  if (in_place()) return s.grad;  // accumulated in place: the shard is the whole unit
   if (s.full_grad.empty()) {
     s.full_grad = be_.alloc(DType::F32, plan_.padded_numel(u));
     track_gathered();
@@ -186,7 +186,7 @@ Tensor Fsdp::grad(int u) {
 
 void Fsdp::grad_ready(int u) {
   UnitState& s = units_.at(u);
-  if (alone()) return;
+  if (in_place()) return;
   ST_CHECK(!s.full_grad.empty(), "unit '", layout_.unit(u).name, "' has no gradient to reduce");
   const size_t n = plan_.shard_numel(u);
   // An older reduction of this unit (previous micro-batch) must have reached the shard

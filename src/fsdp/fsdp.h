@@ -74,6 +74,10 @@ class Fsdp final : public ParamProvider {
   void step(const AdamWParams& params);
 
   FsdpMemory memory() const;
+  // One rank, no replicas (and in_place_when_alone): the gathered unit is the shard
+  // itself and the model accumulates its gradient straight into it (no gather, cast or
+  // reduction), so nothing is ever gathered.
+  bool in_place() const { return opt_.in_place_when_alone && comm_.world() == 1 && !replicate_; }
   const ShardPlan& plan() const { return plan_; }
 
   // This rank's shard of unit u's `which` state, as fp32 on the host (padding
@@ -130,9 +134,7 @@ class Fsdp final : public ParamProvider {
   // What gathers read: `low`, or `master` when the compute dtype is f32.
   Tensor& compute_shard(UnitState& s) { return s.low.empty() ? s.master : s.low; }
   void refresh_low(UnitState& s);        // low = master, after master changed other than by step()
-  // One rank, no replicas: the gathered unit is the shard itself and the model
-  // accumulates its gradient straight into `grad` (no gather, cast or reduction).
-  bool alone() const { return opt_.in_place_when_alone && comm_.world() == 1 && !replicate_; }
+
   void start_gather(int u);
   void drop_full(UnitState& s);          // frees the gathered weights once no collective uses them
   bool retire(Reduction& r);             // advances one stage; true when it is complete

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/rng.h"
 
 namespace st {
@@ -13,24 +13,9 @@ namespace {
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
-}  // namespace
 
-void init_unit_values(const Unit& unit, uint64_t seed, double std, size_t begin, size_t end, float* out) {
-  // Every value is a pure function of its index, so large ranges split across threads
-  // give the same bits (a 1.5B-parameter model would otherwise take a minute here).
-  constexpr size_t kChunk = size_t{1} << 22;
-  const size_t n = end - begin;
-  const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), n / kChunk);
-  if (threads > 1) {
-    std::vector<std::thread> pool;
-    const size_t per = (n + threads - 1) / threads;
-    for (size_t t = 0; t < threads; ++t) {
-      const size_t lo = begin + t * per, hi = std::min(end, lo + per);
-      if (lo < hi) pool.emplace_back(init_unit_values, std::cref(unit), seed, std, lo, hi, out + (lo - begin));
-    }
-    for (auto& th : pool) th.join();
-    return;
-  }
+// init_unit_values on one thread.
+void init_serial(const Unit& unit, uint64_t seed, double std, size_t begin, size_t end, float* out) {
   std::fill(out, out + (end - begin), 0.0f);
   for (const ParamSpec& p : unit.params) {
     const size_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
@@ -44,6 +29,16 @@ void init_unit_values(const Unit& unit, uint64_t seed, double std, size_t begin,
     const CounterRng rng(seed, hash_name(p.name));
     for (size_t i = lo; i < hi; ++i) *dst++ = static_cast<float>(std * rng.normal(i - p.offset));
   }
+}
+
+}  // namespace
+
+void init_unit_values(const Unit& unit, uint64_t seed, double std, size_t begin, size_t end, float* out) {
+  // Every value is a pure function of its index, so large ranges split across threads
+  // give the same bits (a 1.5B-parameter model would otherwise take a minute here).
+  parallel_ranges(end - begin, size_t{1} << 22, [&](size_t lo, size_t hi) {
+    init_serial(unit, seed, std, begin + lo, begin + hi, out + lo);
+  });
 }
 
 void init_unit_tensor(Backend& be, const Unit& unit, uint64_t seed, double std, size_t begin, size_t end, Tensor out) {

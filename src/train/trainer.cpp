@@ -191,7 +191,7 @@ size_t Trainer::estimated_peak_bytes() const {
 }
 
 GatheredMemory Trainer::gathered_estimate() const {
-  if (comm_.world() == 1 && !replicate_) {
+  if (fsdp_->in_place()) {
     GatheredMemory none;
     none.where = "nothing (one rank: the model reads the shards in place)";
     return none;

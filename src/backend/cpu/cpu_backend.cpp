@@ -1,17 +1,18 @@
 // The CPU reference backend: argument checks, dtype dispatch and memory ops.
 // The arithmetic lives in cpu_layers.cpp and cpu_attention.cpp (cpu_kernels.h).
-// Single-threaded apart from OpenBLAS, so results are reproducible run to run.
+// Single-threaded apart from OpenBLAS and the seeded fill (split by index), so results
+// are reproducible run to run.
 #include <cmath>
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include "backend/op_checks.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "core/parallel.h"
 #include "core/rng.h"
 
 namespace st {
@@ -24,17 +25,6 @@ DType act_dtype(const char* op, const char* name, Tensor t) {
   ST_CHECK(t.dtype == DType::F32 || t.dtype == DType::F64, op, ": ", name, " is ", dtype_name(t.dtype),
            "; the CPU backend computes in f32 or f64");
   return t.dtype;
-}
-
-// Token ids / targets must lie in [0, V); `ignore` (if allowed) is skipped. All ids
-// are checked before any output is written, so a bad batch leaves buffers untouched.
-void check_ids(const char* op, const char* what, const int32_t* ids, int N, int V, bool has_ignore,
-               int ignore) {
-  for (int r = 0; r < N; r++) {
-    int id = ids[r];
-    if (has_ignore && id == ignore) continue;
-    ST_CHECK(id >= 0 && id < V, op, ": ", what, " ", id, " at row ", r, " is outside [0, V=", V, ")");
-  }
 }
 
 // Calls fn(T{}) with T = float or double for an F32 / F64 dtype.
@@ -133,14 +123,7 @@ class CpuBackend final : public Backend {
           static_cast<double*>(t.data)[i] = x;
       }
     };
-    constexpr size_t kChunk = size_t{1} << 22;
-    const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), t.numel / kChunk);
-    if (threads <= 1) return run(0, t.numel);
-    std::vector<std::thread> pool;
-    const size_t per = (t.numel + threads - 1) / threads;
-    for (size_t k = 0; k < threads; ++k)
-      if (k * per < t.numel) pool.emplace_back(run, k * per, std::min(t.numel, (k + 1) * per));
-    for (auto& th : pool) th.join();
+    parallel_ranges(t.numel, size_t{1} << 22, run);
   }
   void copy(Tensor dst, Tensor src) override {
     ST_CHECK(dst.numel == src.numel, "copy: dst has ", dst.numel, " elements, src ", src.numel);
@@ -205,7 +188,7 @@ class CpuBackend final : public Backend {
     check_buf(op, "out", out, dt, size_t(N) * C);
     check_buf(op, "tokens", tokens, DType::I32, N);
     check_buf(op, "wte", wte, dt, size_t(V) * C);
-    check_ids(op, "token id", tokens.as<int32_t>(), N, V, false, 0);
+    check_ids_on_host(tokens.as<int32_t>(), N, V, false, 0, "token id", op);
     dispatch(dt, [&](auto tag) {
       using T = decltype(tag);
       cpu::embedding_forward(out.as<T>(), tokens.as<int32_t>(), wte.as<T>(), N, C);
@@ -218,7 +201,7 @@ class CpuBackend final : public Backend {
     check_buf(op, "dwte", dwte, dt, size_t(V) * C);
     check_buf(op, "dout", dout, dt, size_t(N) * C);
     check_buf(op, "tokens", tokens, DType::I32, N);
-    check_ids(op, "token id", tokens.as<int32_t>(), N, V, false, 0);
+    check_ids_on_host(tokens.as<int32_t>(), N, V, false, 0, "token id", op);
     dispatch(dt, [&](auto tag) {
       using T = decltype(tag);
       cpu::embedding_backward(dwte.as<T>(), dout.as<T>(), tokens.as<int32_t>(), N, C);
@@ -369,7 +352,7 @@ class CpuBackend final : public Backend {
     check_buf(op, "losses", losses, dt, N);
     check_buf(op, "logits", logits, dt, size_t(N) * V);
     check_buf(op, "targets", targets, DType::I32, N);
-    check_ids(op, "target", targets.as<int32_t>(), N, V, true, ignore_index);
+    check_ids_on_host(targets.as<int32_t>(), N, V, true, ignore_index, "target", op);
     dispatch(dt, [&](auto tag) {
       using T = decltype(tag);
       cpu::cross_entropy(losses.as<T>(), logits.as<T>(), targets.as<int32_t>(), N, V, ignore_index,
