@@ -211,16 +211,7 @@ ClusterSpec load_cluster_file(const std::string& path) {
   spec.system.instance_type = "m7i.xlarge";
   spec.gpu.name = "gpu";
 
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open the cluster file");
-  std::stringstream text;
-  text << in.rdbuf();
-  toml::table root;
-  try {
-    root = toml::parse(text.str(), path);
-  } catch (const toml::parse_error& e) {
-    fail(path, ":", e.source().begin.line, ":", e.source().begin.column, ": TOML syntax error: ", e.description());
-  }
+  toml::table root = parse_toml_file(path, "the cluster file");
 
   Reader r(spec, path);
   r.string("cluster.name", spec.name);

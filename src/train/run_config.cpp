@@ -388,18 +388,7 @@ std::string type_label(const Key& k) {
 using Origins = std::map<std::string, Origin>;
 
 void read_toml(const std::string& path, RunConfig& cfg, Origins& origins) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open run config");
-  std::stringstream text;
-  text << in.rdbuf();
-
-  toml::table root;
-  try {
-    root = toml::parse(text.str(), path);
-  } catch (const toml::parse_error& e) {
-    fail(path, ":", e.source().begin.line, ":", e.source().begin.column, ": TOML syntax error: ",
-         e.description());
-  }
+  toml::table root = parse_toml_file(path, "run config");
 
   for (const auto& [sec_key, sec_node] : root) {
     const std::string sec(sec_key.str());

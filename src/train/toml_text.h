@@ -1,8 +1,12 @@
 // How TOML values are named in error messages, shared by every file reader that
 // speaks TOML (the run config, the deploy cluster file).
 #pragma once
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <toml++/toml.h>
+
+#include "core/error.h"
 
 namespace st {
 
@@ -28,6 +32,20 @@ inline std::string toml_line_text(const toml::node& n) {
 }
 inline std::string toml_at_line(const toml::node& n) {
   return n.source().begin.line ? " at line " + std::to_string(n.source().begin.line) : "";
+}
+
+// The TOML file at path, parsed; errors name the file ("<path>: cannot open <what>",
+// "<path>:L:C: TOML syntax error: ...").
+inline toml::table parse_toml_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open ", what);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return toml::parse(text.str(), path);
+  } catch (const toml::parse_error& e) {
+    fail(path, ":", e.source().begin.line, ":", e.source().begin.column, ": TOML syntax error: ", e.description());
+  }
 }
 
 }  // namespace st
