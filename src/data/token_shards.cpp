@@ -769,42 +769,12 @@ TokenIndex prepare_token_shards(const PrepareOptions& o, const std::function<voi
   }
 
   // Everything goes into a new directory beside `out`, which then takes its place.
-  const std::string stage = final_dir.string() + ".tmp-" + std::to_string(::getpid());
-  fs::remove_all(stage, ec);
-  fs::create_directories(stage, ec);
-  ST_CHECK(!ec, "data prepare: cannot create '", stage, "': ", ec.message());
   SignalGuard guard;
-  try {
+  replace_directory(o.out, "data prepare", [&](const std::string& stage) {
     write_prepared(stage, files, o, index, progress, prog);
     ST_CHECK(index.documents > 0, "data prepare: no documents in the inputs (", files.size(), " files)");
     write_text_atomic((fs::path(stage) / kTokenIndexName).string(), token_index_json(index));
-    fsync_path(stage, true);
-  } catch (...) {
-    fs::remove_all(stage, ec);
-    throw;
-  }
-  const std::string old = final_dir.string() + ".old-" + std::to_string(::getpid());
-  if (had) {
-    fs::rename(final_dir, old, ec);
-    if (ec) {
-      fs::remove_all(stage, ec);
-      fail("data prepare: cannot move the old '", o.out, "' aside: ", ec.message());
-    }
-  }
-  fs::rename(stage, final_dir, ec);
-  if (ec) {
-    const std::string msg = ec.message();
-    if (had) fs::rename(old, final_dir, ec);
-    fs::remove_all(stage, ec);
-    fail("data prepare: cannot move '", stage, "' to '", o.out, "': ", msg);
-  }
-  if (had) fs::remove_all(old, ec);
-  if (final_dir.has_parent_path()) {
-    try {
-      fsync_path(final_dir.parent_path().string(), true);
-    } catch (const Error&) {
-    }
-  }
+  });
   return index;
 }
 

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -19,6 +20,48 @@ void fsync_path(const std::string& path, bool dir) {
   const int err = errno;
   ::close(fd);
   if (rc != 0) fail(path, ": fsync failed: ", std::strerror(err));
+}
+
+void replace_directory(const std::string& dir, const std::string& what,
+                       const std::function<void(const std::string& stage)>& write) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path final_dir = fs::absolute(dir, ec).lexically_normal();
+  const std::string stage = final_dir.string() + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(stage, ec);
+  fs::create_directories(stage, ec);
+  ST_CHECK(!ec, what, ": cannot create '", stage, "': ", ec.message());
+  try {
+    write(stage);
+    fsync_path(stage, true);
+  } catch (...) {
+    fs::remove_all(stage, ec);
+    throw;
+  }
+  const std::string old = final_dir.string() + ".old-" + std::to_string(::getpid());
+  const bool had = fs::exists(final_dir, ec);
+  if (had) {
+    fs::rename(final_dir, old, ec);
+    if (ec) {
+      const std::string msg = ec.message();
+      fs::remove_all(stage, ec);
+      fail(what, ": cannot move the old '", dir, "' aside: ", msg);
+    }
+  }
+  fs::rename(stage, final_dir, ec);
+  if (ec) {
+    const std::string msg = ec.message();
+    if (had) fs::rename(old, final_dir, ec);
+    fs::remove_all(stage, ec);
+    fail(what, ": cannot move '", stage, "' to '", dir, "': ", msg);
+  }
+  if (had) fs::remove_all(old, ec);
+  if (final_dir.has_parent_path()) {
+    try {
+      fsync_path(final_dir.parent_path().string(), true);
+    } catch (const Error&) {  // the rename is done; a directory that cannot be fsynced is not an error
+    }
+  }
 }
 
 void write_text_atomic(const std::string& path, const std::string& text) {

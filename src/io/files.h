@@ -1,6 +1,7 @@
 // Small files written so that a reader sees the old content or the new, never a part:
 // path.tmp, fsync, rename, with every error checked and naming the path.
 #pragma once
+#include <functional>
 #include <string>
 
 namespace st {
@@ -8,5 +9,12 @@ namespace st {
 void write_text_atomic(const std::string& path, const std::string& text);
 // fsync of a file or directory; st::Error naming it on failure.
 void fsync_path(const std::string& path, bool directory);
+
+// Writes a whole directory so that a reader sees the old one or the new one, never a
+// mix, and no file of the old one survives: write(stage) fills a new directory beside
+// `dir` (removed if it throws), which is fsynced and then takes dir's place; the old
+// one is moved aside and deleted. Errors start with `what` ("export: ...").
+void replace_directory(const std::string& dir, const std::string& what,
+                       const std::function<void(const std::string& stage)>& write);
 
 }  // namespace st

@@ -1,6 +1,7 @@
 #include "io/hf_checkpoint.h"
 
-#include <unistd.h>
+#include "io/files.h"
+
 
 #include <cstring>
 #include <filesystem>
@@ -125,30 +126,7 @@ void export_hf_model(const std::string& dir, const ParamLayout& layout,
   // The whole model goes into a new directory beside `dir`, which then takes its
   // place: a reader sees the old model or the new one, and no file of the old one
   // (a shard the new one does not have) survives.
-  std::error_code ec;
-  const fs::path final_dir = fs::absolute(dir, ec).lexically_normal();
-  const std::string stage = final_dir.string() + ".tmp-" + std::to_string(::getpid());
-  fs::remove_all(stage, ec);
-  fs::create_directories(stage, ec);
-  ST_CHECK(!ec, "export: cannot create '", stage, "': ", ec.message());
-  try {
-    write_model_files(stage, layout, units, options);
-  } catch (...) {
-    fs::remove_all(stage, ec);
-    throw;
-  }
-  const std::string old = final_dir.string() + ".old-" + std::to_string(::getpid());
-  const bool had = fs::exists(final_dir, ec);
-  if (had) {
-    fs::rename(final_dir, old, ec);
-    ST_CHECK(!ec, "export: cannot move the old '", dir, "' aside: ", ec.message());
-  }
-  fs::rename(stage, final_dir, ec);
-  if (ec) {
-    if (had) fs::rename(old, final_dir, ec);
-    fail("export: cannot move '", stage, "' to '", dir, "'");
-  }
-  if (had) fs::remove_all(old, ec);
+  replace_directory(dir, "export", [&](const std::string& stage) { write_model_files(stage, layout, units, options); });
 }
 
 void write_model_files(const std::string& dir, const ParamLayout& layout,
