@@ -1,8 +1,5 @@
 #include "io/hf_checkpoint.h"
 
-#include "io/files.h"
-
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/files.h"
 #include "io/safetensors.h"
 
 namespace st {
