@@ -134,6 +134,10 @@ class Backend {
   // qkv (B*T, (H+2KV)*hd). Query head h reads kv head h / (H/KV).
   // Never materialises more than one score row per (b, h) at a time.
   virtual void attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) = 0;
+  // A hint, before the first step: attention will run at this shape. A backend that
+  // builds per-shape plans (cuDNN on CUDA) may start building them in the background
+  // so that the first step does not wait for them. Changes no result.
+  virtual void prepare_attention(int /*B*/, int /*T*/, int /*H*/, int /*KV*/, int /*hd*/) {}
   // dqkv (B*T, (H+2KV)*hd) overwritten.
   virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T,
                                   int H, int KV, int hd) = 0;

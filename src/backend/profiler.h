@@ -159,6 +159,7 @@ class ProfilingBackend : public Backend {
   void rope_backward(Tensor dqkv, int B, int T, int H, int KV, int hd, float theta) override;
 
   void attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) override;
+  void prepare_attention(int B, int T, int H, int KV, int hd) override { inner_.prepare_attention(B, T, H, KV, hd); }
   void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV,
                           int hd) override;
 

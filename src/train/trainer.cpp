@@ -128,6 +128,11 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
   plan_ = std::make_unique<ShardPlan>(*layout_, shard_.world());
   FsdpOptions fo;
   fo.compute_dtype = backend.device() == Device::CPU ? DType::F32 : DType::BF16;
+  // First, so that building the attention plans (cuDNN compiles its engines, about
+  // 1-2 s) overlaps the weight initialisation and allocations below.
+  if (fo.compute_dtype == DType::BF16)
+    be_.prepare_attention(cfg.train.micro_batch, cfg.train.seq_len, cfg.model.num_heads, cfg.model.num_kv_heads,
+                          cfg.model.head_dim());
   fo.reshard_after_forward = cfg.dist.reshard_after_forward;
   fsdp_ = std::make_unique<Fsdp>(*plan_, be_, shard_, replicate_, fo);
   fsdp_->init_weights(cfg.train.seed);

@@ -277,6 +277,36 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionShapes,
                                   std::to_string(s.H) + "KV" + std::to_string(s.KV) + "hd" + std::to_string(s.hd);
                          });
 
+// Plans built ahead on prepare()'s threads (own handles) give the same bits as plans
+// built at first use, forward and deterministic backward.
+TEST_F(CudnnAttentionTest, PlansBuiltAheadGiveTheSameBits) {
+  const int B = 2, T = 256, H = 12, KV = 2, hd = 128;
+  const size_t rows = size_t(B) * T, nqkv = rows * (H + 2 * KV) * hd, nout = rows * H * hd, nlse = size_t(B) * H * T;
+  Dev qkv(nqkv * 2), dout(nout * 2), out(nout * 2), lse(nlse * 4), dqkv(nqkv * 2);
+  upload_bf16(qkv, randv(nqkv, -2, 2)), upload_bf16(dout, randv(nout, -1, 1));
+  auto run = [&](cuda::CudnnAttention& a) {
+    poison(out), poison(lse), poison(dqkv);
+    EXPECT_TRUE(a.forward(out.as<bf16>(), lse.as<float>(), qkv.as<bf16>(), B, T, H, KV, hd)) << a.why_not();
+    EXPECT_TRUE(a.backward(dqkv.as<bf16>(), dout.as<bf16>(), out.as<bf16>(), lse.as<float>(), qkv.as<bf16>(), B, T,
+                           H, KV, hd))
+        << a.why_not();
+    std::vector<uint8_t> all = raw(out);
+    for (const auto* d : {&lse, &dqkv}) {
+      const std::vector<uint8_t> r = raw(*d);
+      all.insert(all.end(), r.begin(), r.end());
+    }
+    return all;
+  };
+  const std::vector<uint8_t> at_first_use = run(*attn);
+  cuda::CudnnAttention ahead(stream);
+  ahead.prepare(B, T, H, KV, hd);
+  ahead.prepare(B, T, H, KV, hd);  // a second call adds nothing
+  const std::vector<uint8_t> built_ahead = run(ahead);
+  EXPECT_TRUE(built_ahead == at_first_use) << "plans built ahead gave different bits";
+  ahead.prepare(1, 16, 3, 2, 64);  // H % KV != 0: ignored, left for forward to refuse
+  EXPECT_FALSE(ahead.forward(out.as<bf16>(), lse.as<float>(), qkv.as<bf16>(), 1, 16, 3, 2, 64));
+}
+
 // Arguments the graph cannot take come back false with a reason, outputs untouched.
 TEST_F(CudnnAttentionTest, RefusesMisalignedPointers) {
   Dev buf(1 << 20);

@@ -495,6 +495,59 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaMatmul,
 
 // ---- RoPE -----------------------------------------------------------------------------------------
 
+// The GEMM algorithm tuning (SHARDTRAIN_GEMM_TUNE=1) keeps only algorithms whose output is the
+// heuristic first pick's bit for bit: a backend with it and one without give the same
+// bytes for the forward, the input gradient and the accumulated weight gradient, on
+// shapes large enough for the heuristic to offer several algorithms.
+TEST_F(CudaOps, GemmTuningChangesNoBits) {
+  if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const DType bf = DType::BF16;
+  struct Out {
+    std::vector<uint8_t> y, dx, dw;
+  };
+  auto run = [&](const char* tune, int N, int IC, int OC, uint64_t seed) {
+    setenv("SHARDTRAIN_GEMM_TUNE", tune, 1);
+    std::unique_ptr<Backend> be = make_cuda_backend(0);
+    unsetenv("SHARDTRAIN_GEMM_TUNE");
+    std::mt19937_64 r(seed);
+    std::uniform_real_distribution<float> u(-1, 1);
+    auto up = [&](DType dt, size_t n) {
+      Vec v(n);
+      for (auto& x : v) x = u(r);
+      Tensor t = be->alloc(dt, n);
+      if (dt == DType::BF16) {
+        std::vector<uint16_t> h(n);
+        for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(v[i]);
+        be->upload(t, h.data());
+      } else {
+        be->upload(t, v.data());
+      }
+      return t;
+    };
+    Tensor x = up(bf, size_t(N) * IC), w = up(bf, size_t(OC) * IC), dy = up(bf, size_t(N) * OC);
+    Tensor dw = up(DType::F32, size_t(OC) * IC);  // accumulated into
+    Tensor y = be->alloc(bf, size_t(N) * OC), dx = be->alloc(bf, size_t(N) * IC);
+    be->matmul_forward(y, x, w, Tensor{}, N, IC, OC);
+    be->matmul_backward(dx, dw, Tensor{}, dy, x, w, N, IC, OC);
+    auto bytes = [&](Tensor t) {
+      std::vector<uint8_t> b(t.bytes());
+      be->download(b.data(), t);
+      return b;
+    };
+    Out o{bytes(y), bytes(dx), bytes(dw)};
+    for (Tensor t : {x, w, dy, dw, y, dx}) be->free(t);
+    return o;
+  };
+  for (auto [N, IC, OC] : {std::tuple{4096, 1536, 2048}, std::tuple{8192, 1536, 8960}, std::tuple{2048, 8960, 1536}}) {
+    const uint64_t seed = rng();
+    const Out tuned = run("1", N, IC, OC, seed), plain = run("0", N, IC, OC, seed);
+    const std::string shape = std::to_string(N) + "x" + std::to_string(IC) + "->" + std::to_string(OC);
+    EXPECT_TRUE(tuned.y == plain.y) << shape << ": forward differs";
+    EXPECT_TRUE(tuned.dx == plain.dx) << shape << ": input gradient differs";
+    EXPECT_TRUE(tuned.dw == plain.dw) << shape << ": weight gradient differs";
+  }
+}
+
 TEST_F(CudaOps, Rope) {
   if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
   struct Shape {

@@ -30,7 +30,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -301,6 +303,7 @@ size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 // One cached graph + plan for one (direction, shape, determinism).
 struct Plan {
+  cudnnHandle_t handle = nullptr;  // the handle it was built with, and runs with
   Descs descs;
   cudnnBackendDescriptor_t plan = nullptr;
   bool ok = false;
@@ -313,19 +316,51 @@ struct Plan {
 };
 
 struct CudnnAttention::Impl {
+  using Key = std::tuple<int, int, int, int, int, int, int>;
   cudaStream_t stream = nullptr;
-  cudnnHandle_t handle = nullptr;
+  cudnnHandle_t handle = nullptr;  // for plans built on the calling thread
   std::string init_failure;
   bool deterministic = true;
   std::string why_not, plan_info;
-  std::map<std::tuple<int, int, int, int, int, int, int>, std::unique_ptr<Plan>> plans;
+  // Each plan is built once: on the calling thread at its first use, or on a thread of
+  // its own by prepare() (with a handle of its own: a cuDNN handle is not to be used by
+  // two threads at once). A use of a plan still being built waits for it.
+  std::mutex mu;
+  std::map<Key, std::shared_future<Plan*>> plans;
+  std::vector<std::unique_ptr<Plan>> built;      // owned; guarded by mu
+  std::vector<cudnnHandle_t> thread_handles;     // prepare()'s; guarded by mu
   void* workspace = nullptr;
   size_t workspace_size = 0;
 
   ~Impl() {
+    for (auto& [key, f] : plans) f.wait();  // no build thread outlives the object
     if (workspace) (void)cudaFreeAsync(workspace, stream);
-    plans.clear();  // descriptors before the handle
+    built.clear();  // descriptors before the handles
+    for (cudnnHandle_t h : thread_handles) cudnnDestroy(h);
     if (handle) cudnnDestroy(handle);
+  }
+
+  // The calling thread's handle, created at its first use (so that an object whose
+  // plans are all built ahead never creates it on the calling thread).
+  cudnnHandle_t main_handle() {
+    if (handle || !init_failure.empty()) return handle;
+    cudnnStatus_t s = cudnnCreate(&handle);
+    if (s != CUDNN_STATUS_SUCCESS) {
+      handle = nullptr;
+      init_failure = status_text(s, "cudnnCreate");
+      return nullptr;
+    }
+    s = cudnnSetStream(handle, stream);
+    if (s != CUDNN_STATUS_SUCCESS) {
+      init_failure = status_text(s, "cudnnSetStream");
+      cudnnDestroy(handle);
+      handle = nullptr;
+    }
+    return handle;
+  }
+
+  static Key key_of(bool bwd, bool det, int B, int T, int H, int KV, int hd) {
+    return std::make_tuple(int(bwd), int(bwd && det), B, T, H, KV, hd);
   }
 
   void* ensure_workspace(size_t bytes) {
@@ -338,14 +373,63 @@ struct CudnnAttention::Impl {
   }
 
   Plan& get(bool bwd, int B, int T, int H, int KV, int hd) {
-    const bool det = bwd && deterministic;
-    auto key = std::make_tuple(int(bwd), int(det), B, T, H, KV, hd);
-    auto& slot = plans[key];
-    if (slot) return *slot;
-    slot = std::make_unique<Plan>();
-    Plan& p = *slot;
+    const Key key = key_of(bwd, deterministic, B, T, H, KV, hd);
+    std::shared_future<Plan*> f;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = plans.find(key);
+      if (it == plans.end()) {
+        std::promise<Plan*> ready;
+        auto p = std::make_unique<Plan>();
+        p->handle = main_handle();
+        build(*p, bwd, bwd && deterministic, B, T, H, KV, hd);
+        ready.set_value(p.get());
+        built.push_back(std::move(p));
+        it = plans.emplace(key, ready.get_future().share()).first;
+      }
+      f = it->second;
+    }
+    return *f.get();
+  }
+
+  // Starts building the plans of this shape (forward, and backward with the current
+  // determinism) on threads of their own, each with its own handle on the same stream.
+  void prepare(int B, int T, int H, int KV, int hd) {
+    int device = 0;
+    ST_CUDA(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> lock(mu);
+    for (bool bwd : {false, true}) {
+      const bool det = bwd && deterministic;
+      const Key key = key_of(bwd, det, B, T, H, KV, hd);
+      if (plans.count(key)) continue;
+      auto p = std::make_unique<Plan>();
+      Plan* raw = p.get();
+      built.push_back(std::move(p));
+      plans.emplace(key, std::async(std::launch::async, [this, raw, device, bwd, det, B, T, H, KV, hd] {
+                           cudaSetDevice(device);
+                           cudnnHandle_t h = nullptr;
+                           cudnnStatus_t s = cudnnCreate(&h);
+                           if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetStream(h, stream);
+                           if (h) {
+                             std::lock_guard<std::mutex> lock(mu);
+                             thread_handles.push_back(h);
+                           }
+                           if (s != CUDNN_STATUS_SUCCESS) {
+                             raw->failure = status_text(s, "cudnnCreate/cudnnSetStream for a plan built ahead");
+                             return raw;
+                           }
+                           raw->handle = h;
+                           build(*raw, bwd, det, B, T, H, KV, hd);
+                           return raw;
+                         }).share());
+    }
+  }
+
+  // Builds p's graph and plan with p.handle; failures go into p.failure.
+  void build(Plan& p, bool bwd, bool det, int B, int T, int H, int KV, int hd) {
     const auto t0 = std::chrono::steady_clock::now();
     try {
+      if (!p.handle) throw BuildFailure{"cuDNN unavailable: " + init_failure};
       cudnnBackendDescriptor_t graph = bwd ? build_backward(p, B, T, H, KV, hd, det) : build_forward(p, B, T, H, KV, hd);
       choose_plan(p, graph, det);
       p.ok = true;
@@ -365,7 +449,6 @@ struct CudnnAttention::Impl {
       // Once per shape: a fallback the log should show.
       std::fprintf(stderr, "[cudnn attention] no plan: %s\n", p.failure.c_str());
     }
-    return p;
   }
 
   // Heuristics -> the first engine config whose plan finalizes (and that is not
@@ -429,7 +512,7 @@ struct CudnnAttention::Impl {
           continue;
         }
         auto plan = d.create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, name);
-        d.set(plan, "CUDNN_ATTR_EXECUTION_PLAN_HANDLE", kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle);
+        d.set(plan, "CUDNN_ATTR_EXECUTION_PLAN_HANDLE", kPlanHandle, CUDNN_TYPE_HANDLE, 1, &p.handle);
         ST_SET(d, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
         const cudnnStatus_t ps = cudnnBackendFinalize(plan);
         if (ps != CUDNN_STATUS_SUCCESS) {
@@ -489,7 +572,7 @@ struct CudnnAttention::Impl {
     auto P = g.virt("P", CUDNN_DATA_BFLOAT16, s_dim, s_stride);  // bmm2's A operand in the i/o type
     g.binary("softmax div", CUDNN_POINTWISE_DIV, ex, sum, P);
     g.matmul("bmm2 P.V", P, V, O);
-    return g.finalize_graph(handle);
+    return g.finalize_graph(p.handle);
   }
 
   cudnnBackendDescriptor_t build_backward(Plan& p, int B, int T, int H, int KV, int hd, bool det) {
@@ -579,24 +662,15 @@ struct CudnnAttention::Impl {
       g.unary("identity dQ", CUDNN_POINTWISE_IDENTITY, dQ_accum, dQ);
       p.dq_accum_bytes = size_t(b) * h * t * d * sizeof(float);
     }
-    return g.finalize_graph(handle);
+    return g.finalize_graph(p.handle);
   }
 };
 
-CudnnAttention::CudnnAttention(cudaStream_t stream) : impl_(std::make_unique<Impl>()) {
-  impl_->stream = stream;
-  cudnnStatus_t s = cudnnCreate(&impl_->handle);
-  if (s != CUDNN_STATUS_SUCCESS) {
-    impl_->handle = nullptr;
-    impl_->init_failure = status_text(s, "cudnnCreate");
-    return;
-  }
-  s = cudnnSetStream(impl_->handle, stream);
-  if (s != CUDNN_STATUS_SUCCESS) {
-    impl_->init_failure = status_text(s, "cudnnSetStream");
-    cudnnDestroy(impl_->handle);
-    impl_->handle = nullptr;
-  }
+CudnnAttention::CudnnAttention(cudaStream_t stream) : impl_(std::make_unique<Impl>()) { impl_->stream = stream; }
+
+void CudnnAttention::prepare(int B, int T, int H, int KV, int hd) {
+  if (B < 1 || T < 1 || H < 1 || KV < 1 || hd < 1 || H % KV != 0 || hd % 8 != 0 || hd > 256) return;
+  impl_->prepare(B, T, H, KV, hd);
 }
 
 CudnnAttention::~CudnnAttention() = default;
@@ -650,7 +724,6 @@ void execute(cudnnHandle_t handle, Plan& p, std::vector<int64_t>& uids, std::vec
 bool CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int KV,
                              int hd) {
   Impl& m = *impl_;
-  if (!m.handle) return m.why_not = "cuDNN unavailable: " + m.init_failure, false;
   const void* args[] = {out, lse, qkv, qkv + size_t(H) * hd, qkv + size_t(H + KV) * hd};
   m.why_not = check_args(args, 5, B, T, H, KV, hd);
   if (!m.why_not.empty()) return false;
@@ -663,7 +736,7 @@ bool CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
   auto* base = const_cast<__nv_bfloat16*>(qkv);
   std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale, kNegInf};
   std::vector<void*> ptrs{base, base + size_t(H) * hd, base + size_t(H + KV) * hd, out, lse, &scale, &neg_inf};
-  execute(m.handle, p, uids, ptrs, ws);
+  execute(p.handle, p, uids, ptrs, ws);
   m.plan_info = p.info;
   return true;
 }
@@ -671,7 +744,6 @@ bool CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
 bool CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                               const float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int KV, int hd) {
   Impl& m = *impl_;
-  if (!m.handle) return m.why_not = "cuDNN unavailable: " + m.init_failure, false;
   const void* args[] = {dqkv, dout, out, lse, qkv, qkv + size_t(H) * hd, qkv + size_t(H + KV) * hd,
                         dqkv + size_t(H) * hd, dqkv + size_t(H + KV) * hd};
   m.why_not = check_args(args, 9, B, T, H, KV, hd);
@@ -705,7 +777,7 @@ bool CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
                           &one,
                           ws + p.softmax_sum_offset};
   if (p.dq_accum_bytes) uids.push_back(kdQAccum), ptrs.push_back(ws + p.dq_accum_offset);
-  execute(m.handle, p, uids, ptrs, ws);
+  execute(p.handle, p, uids, ptrs, ws);
   m.plan_info = p.info;
   return true;
 }

@@ -8,7 +8,7 @@
 // Query head h reads kv head h / (H/KV); softmax scale 1/sqrt(hd). Q, K, V, dQ, dK and
 // dV are strided views into qkv / dqkv: nothing is repacked.
 //
-// Execution plans are built on first use of a shape and cached; a shape cuDNN has no
+// Execution plans are built on first use of a shape (or ahead, by prepare()) and cached; a shape cuDNN has no
 // engine for (or a GPU without the fused kernels) makes forward/backward return false
 // without touching the outputs, and why_not() says why, so the caller can fall back to
 // the FlashAttention-2 kernels. Errors while running a plan that was built throw
@@ -20,7 +20,7 @@
 // B*H*T*hd workspace: less memory, not bitwise reproducible).
 //
 // Everything runs on the stream given to the constructor; one object per stream, not
-// thread-safe; destroy it before the stream (the workspace is freed on that stream).
+// thread-safe (prepare()'s own threads only build plans); destroy it before the stream (the workspace is freed on that stream).
 // Measured on an H200 (cuDNN 9.14 loaded), B=16 T=2048 H=12 KV=2 hd=128: forward 363 us
 // (568 TFLOP/s), deterministic backward 1316 us (392 TFLOP/s, 1.8 GB workspace), the
 // dQ-atomics backward 1303 us (396 TFLOP/s; repeats differ bitwise at this shape). SHARDTRAIN_CUDNN_VERBOSE=1 prints each plan as it is built (engine,
@@ -48,6 +48,13 @@ class CudnnAttention {
   bool forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int KV, int hd);
   bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
                 const __nv_bfloat16* qkv, int B, int T, int H, int KV, int hd);
+
+  // Starts building the forward and backward plans of this shape (backward with the
+  // current set_deterministic) on background threads, so that the runtime compilation
+  // of cuDNN's engines overlaps whatever the caller does next; the first forward or
+  // backward of the shape waits for its plan. Shapes the graphs cannot take are left
+  // for forward/backward to refuse.
+  void prepare(int B, int T, int H, int KV, int hd);
 
   // The reason the last forward/backward returned false ("" after a success).
   std::string why_not() const;

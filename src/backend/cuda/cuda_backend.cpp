@@ -443,6 +443,11 @@ class CudaBackend final : public Backend {
       cuda::attention_forward(out.as<T_>(), lse.as<float>(), qkv.as<T_>(), B, T, H, KV, hd, stream_);
     });
   }
+  void prepare_attention(int B, int T, int H, int KV, int hd) override {
+    if (!use_cudnn()) return;
+    use_device();
+    cudnn()->prepare(B, T, H, KV, hd);
+  }
   void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV,
                           int hd) override {
     const char* op = "attention_backward";

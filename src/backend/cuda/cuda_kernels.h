@@ -50,6 +50,12 @@ void column_sums_add(float* out, const T* x, int N, int C, cudaStream_t stream);
 template <class T>
 void add_bias(T* out, const T* bias, int N, int C, cudaStream_t stream);
 
+// *result (device) += a 64-bit fingerprint of `bytes` bytes at p (p 8-byte aligned,
+// bytes a multiple of 8): a sum of position-salted mixes, so its value does not depend
+// on the order of the additions. Equal bytes give equal fingerprints; any change of a
+// word almost surely changes it. For comparing two outputs bit for bit.
+void fingerprint_add(unsigned long long* result, const void* p, size_t bytes, cudaStream_t stream);
+
 // ---- norm.cu ---------------------------------------------------------------------
 // A device buffer that its owner (the backend) keeps between calls and that launchers
 // grow on demand, in stream order; the owner releases it before destroying the stream.

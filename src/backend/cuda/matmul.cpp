@@ -16,8 +16,13 @@
 // The bias gradient is a deterministic column reduction (reduce.cu), not BGRADB.
 #include "backend/cuda/matmul.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -26,6 +31,14 @@ namespace st::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // what cuBLASLt suggests for Hopper
+constexpr int kGemmCandidates = 6;                     // heuristic results tried by tune()
+constexpr size_t kMaxTuneCopyBytes = size_t(256) << 20;
+
+bool env_flag(const char* name, bool dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0);
+}
 
 void check_lt(cublasStatus_t s, const char* call) {
   if (s != CUBLAS_STATUS_SUCCESS)
@@ -69,6 +82,8 @@ Matmul::Matmul(cudaStream_t stream) : stream_(stream) {
   ST_LT(cublasLtCreate(&handle_));
   ST_CUDA(cudaMalloc(&workspace_, kWorkspaceBytes));
   workspace_bytes_ = kWorkspaceBytes;
+  tuning_ = env_flag("SHARDTRAIN_GEMM_TUNE", false);
+  verbose_ = env_flag("SHARDTRAIN_GEMM_VERBOSE", false);
 }
 
 Matmul::~Matmul() {
@@ -108,12 +123,14 @@ bool Matmul::run(const Gemm& g) {
     ST_LT(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
     ST_LT(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
     ST_LT(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kGemmCandidates]{};
     int found = 0;
-    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle_, desc.d, a.l, b.l, d.l, d.l, pref.p, 1, &result,
-                                                            &found);
+    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle_, desc.d, a.l, b.l, d.l, d.l, pref.p,
+                                                            tuning_ ? kGemmCandidates : 1, results, &found);
     if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
-    Cached c{s == CUBLAS_STATUS_SUCCESS && found > 0, result.algo};
+    const bool ok = s == CUBLAS_STATUS_SUCCESS && found > 0;
+    const int pick = ok && found > 1 ? tune(g, key.str(), desc.d, a.l, b.l, d.l, results, found) : 0;
+    Cached c{ok, results[pick].algo};
     it = algos_.emplace(key.str(), c).first;
   }
   if (!it->second.found) return false;
@@ -121,6 +138,70 @@ bool Matmul::run(const Gemm& g) {
   ST_LT(cublasLtMatmul(handle_, desc.d, &alpha, g.A, a.l, g.B, b.l, &g.beta, g.D, d.l, g.D, d.l, &it->second.algo,
                        workspace_, workspace_bytes_, stream_));
   return true;
+}
+
+int Matmul::tune(const Gemm& g, const std::string& key, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                 cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d, const cublasLtMatmulHeuristicResult_t* results,
+                 int count) {
+  const size_t d_bytes = size_t(g.m) * g.n * (g.d_type == CUDA_R_16BF ? 2 : 4);
+  if (d_bytes % 8 != 0 || reinterpret_cast<uintptr_t>(g.D) % 8 != 0) return 0;  // fingerprint needs 8-byte words
+  // An accumulating GEMM needs a copy of D to restore: not for a big D (the lm_head's
+  // weight gradient, ~0.9 GB for Qwen2.5-1.5B), where the copy could exhaust memory.
+  if (g.beta != 0.0f && d_bytes > kMaxTuneCopyBytes) return 0;
+  Scratch saved(g.beta != 0.0f ? d_bytes : 0, stream_);  // D's values, restored before every run
+  Scratch prints(sizeof(unsigned long long) * count, stream_);
+  auto* fp = prints.as<unsigned long long>();
+  ST_CUDA(cudaMemsetAsync(fp, 0, sizeof(unsigned long long) * count, stream_));
+  if (g.beta != 0.0f) ST_CUDA(cudaMemcpyAsync(saved.as<void>(), g.D, d_bytes, cudaMemcpyDeviceToDevice, stream_));
+  auto restore = [&] {
+    if (g.beta != 0.0f) ST_CUDA(cudaMemcpyAsync(g.D, saved.as<void>(), d_bytes, cudaMemcpyDeviceToDevice, stream_));
+  };
+  constexpr int kRuns = 2;  // the first also warms up; the faster of the two counts
+  std::vector<cudaEvent_t> ev(size_t(count) * kRuns * 2);
+  for (auto& e : ev) ST_CUDA(cudaEventCreate(&e));
+  std::vector<bool> ran(count, false);
+  const float alpha = 1.0f;
+  for (int i = 0; i < count; i++) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    bool ok = true;
+    for (int r = 0; r < kRuns && ok; r++) {
+      restore();
+      ST_CUDA(cudaEventRecord(ev[(size_t(i) * kRuns + r) * 2], stream_));
+      ok = cublasLtMatmul(handle_, desc, &alpha, g.A, a, g.B, b, &g.beta, g.D, d, g.D, d, &results[i].algo, workspace_,
+                          workspace_bytes_, stream_) == CUBLAS_STATUS_SUCCESS;
+      ST_CUDA(cudaEventRecord(ev[(size_t(i) * kRuns + r) * 2 + 1], stream_));
+    }
+    if (!ok) continue;
+    fingerprint_add(fp + i, g.D, d_bytes, stream_);
+    ran[i] = true;
+  }
+  restore();
+  std::vector<unsigned long long> host(count);
+  ST_CUDA(cudaMemcpyAsync(host.data(), fp, sizeof(unsigned long long) * count, cudaMemcpyDeviceToHost, stream_));
+  ST_CUDA(cudaStreamSynchronize(stream_));
+  int best = 0;
+  float best_ms = 0;
+  std::ostringstream log;
+  for (int i = 0; i < count; i++) {
+    if (!ran[i]) continue;
+    float ms = 1e30f;
+    for (int r = 0; r < kRuns; r++) {
+      float t = 0;
+      ST_CUDA(cudaEventElapsedTime(&t, ev[(size_t(i) * kRuns + r) * 2], ev[(size_t(i) * kRuns + r) * 2 + 1]));
+      ms = std::min(ms, t);
+    }
+    const bool same = ran[0] && host[i] == host[0];
+    if (verbose_) log << " #" << i << " " << ms * 1e3 << "us" << (same ? "" : " (other bits)");
+    if (i == 0) best_ms = ran[0] ? ms : 1e30f;
+    else if (same && ms < best_ms) best = i, best_ms = ms;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  if (verbose_) {
+    const double flop = 2.0 * g.m * g.n * g.k;
+    std::fprintf(stderr, "[gemm] %s:%s -> #%d (%.0f TFLOP/s)\n", key.c_str(), log.str().c_str(), best,
+                 flop / (best_ms * 1e-3) * 1e-12);
+  }
+  return best;
 }
 
 void Matmul::gemm(Gemm g) {

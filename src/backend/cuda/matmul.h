@@ -1,5 +1,14 @@
 // The linear layer's GEMMs through cuBLASLt: one handle, one workspace, one stream
-// (the backend's), and a cache of the heuristic's algorithm per problem shape.
+// (the backend's), and a cache of the algorithm per problem shape.
+//
+// Algorithm choice: cuBLASLt's heuristic first pick. With SHARDTRAIN_GEMM_TUNE=1 the
+// first call of a shape times the heuristic's first kGemmCandidates on the real
+// operands and keeps the fastest of those whose output is bit for bit the first
+// pick's (compared by a device fingerprint), so the choice never changes a result,
+// only the time. Off by default: on an H200 it made the Qwen2.5-1.5B GEMMs 2.6% faster
+// alone but training only 0.2% (the GPU runs at its power limit there, clocks ~1.5 GHz),
+// and it cost the first step 0.38 s (docs/performance.md, 2026-12-03).
+// SHARDTRAIN_GEMM_VERBOSE=1 prints each tuned choice.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -58,6 +67,13 @@ class Matmul {
     bool found;
     cublasLtMatmulAlgo_t algo;
   };
+  // Index into `results` of the fastest candidate with the same output bits as
+  // results[0]; runs them on g's operands (D restored afterwards when beta != 0).
+  int tune(const Gemm& g, const std::string& key, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+           cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d, const cublasLtMatmulHeuristicResult_t* results,
+           int count);
+  bool tuning_ = false;
+  bool verbose_ = false;
   std::unordered_map<std::string, Cached> algos_;
 };
 

@@ -1,5 +1,7 @@
 // Reductions: the sum of squares for the gradient norm (double, deterministic) and
 // the matmul bias gradient / bias broadcast.
+#include <algorithm>
+
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/reduce.cuh"
 
@@ -76,5 +78,32 @@ void add_bias(T* out, const T* bias, int N, int C, cudaStream_t stream) {
 ST_CUDA_REDUCE(float)
 ST_CUDA_REDUCE(bf16)
 #undef ST_CUDA_REDUCE
+
+namespace {
+
+__device__ __forceinline__ unsigned long long mix64(unsigned long long x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void fingerprint_kernel(unsigned long long* result, const unsigned long long* w, size_t n) {
+  unsigned long long s = 0;
+  for (size_t i = global_thread(); i < n; i += grid_threads()) s += mix64(w[i] ^ mix64(i + 0x9e3779b97f4a7c15ull));
+  for (int o = 16; o > 0; o /= 2) s += __shfl_down_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(result, s);  // integer sums: the order does not matter
+}
+
+}  // namespace
+
+void fingerprint_add(unsigned long long* result, const void* p, size_t bytes, cudaStream_t stream) {
+  const size_t n = bytes / 8;
+  if (n == 0) return;
+  const unsigned blocks = unsigned(std::min<size_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
+  fingerprint_kernel<<<blocks, kThreads, 0, stream>>>(result, static_cast<const unsigned long long*>(p), n);
+  ST_CUDA_LAUNCHED("fingerprint_kernel");
+}
 
 }  // namespace st::cuda
