@@ -84,6 +84,13 @@ Matmul::Matmul(cudaStream_t stream) : stream_(stream) {
   workspace_bytes_ = kWorkspaceBytes;
   tuning_ = env_flag("SHARDTRAIN_GEMM_TUNE", false);
   verbose_ = env_flag("SHARDTRAIN_GEMM_VERBOSE", false);
+  if (const char* f = std::getenv("SHARDTRAIN_GEMM_ALGO"); f && *f) {
+    char* end = nullptr;
+    const long k = std::strtol(f, &end, 10);
+    if (*end != '\0' || k < 0 || k >= kGemmCandidates)
+      fail("SHARDTRAIN_GEMM_ALGO=", f, ": expected an index of the heuristic's ranking, 0 to ", kGemmCandidates - 1);
+    forced_ = int(k);
+  }
 }
 
 Matmul::~Matmul() {
@@ -126,10 +133,15 @@ bool Matmul::run(const Gemm& g) {
     cublasLtMatmulHeuristicResult_t results[kGemmCandidates]{};
     int found = 0;
     const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle_, desc.d, a.l, b.l, d.l, d.l, pref.p,
-                                                            tuning_ ? kGemmCandidates : 1, results, &found);
+                                                            tuning_ || forced_ >= 0 ? kGemmCandidates : 1, results,
+                                                            &found);
     if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
     const bool ok = s == CUBLAS_STATUS_SUCCESS && found > 0;
-    const int pick = ok && found > 1 ? tune(g, key.str(), desc.d, a.l, b.l, d.l, results, found) : 0;
+    int pick = 0;
+    if (ok && forced_ >= 0)
+      pick = std::min(forced_, found - 1);
+    else if (ok && found > 1 && tuning_)
+      pick = tune(g, key.str(), desc.d, a.l, b.l, d.l, results, found);
     Cached c{ok, results[pick].algo};
     it = algos_.emplace(key.str(), c).first;
   }

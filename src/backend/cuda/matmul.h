@@ -8,7 +8,9 @@
 // only the time. Off by default: on an H200 it made the Qwen2.5-1.5B GEMMs 2.6% faster
 // alone but training only 0.2% (the GPU runs at its power limit there, clocks ~1.5 GHz),
 // and it cost the first step 0.38 s (docs/performance.md, 2026-12-03).
-// SHARDTRAIN_GEMM_VERBOSE=1 prints each tuned choice.
+// SHARDTRAIN_GEMM_VERBOSE=1 prints each tuned choice. For benchmarks,
+// SHARDTRAIN_GEMM_ALGO=k takes the heuristic's k-th algorithm for every shape (or its
+// last where it offers fewer), whatever its output bits.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -73,6 +75,7 @@ class Matmul {
            cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d, const cublasLtMatmulHeuristicResult_t* results,
            int count);
   bool tuning_ = false;
+  int forced_ = -1;  // SHARDTRAIN_GEMM_ALGO
   bool verbose_ = false;
   std::unordered_map<std::string, Cached> algos_;
 };
