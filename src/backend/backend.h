@@ -78,6 +78,12 @@ class Backend {
   // 0 where the backend does not track it.
   virtual size_t peak_allocated_bytes() const { return 0; }
   virtual void reset_peak_allocated() {}
+  // Memory this backend could still allocate now, as the system reports it, for the
+  // check before a run allocates (CPU: host RAM, MemAvailable in /proc/meminfo within
+  // any cgroup limit; CUDA: the device's free memory, cudaMemGetInfo); 0 when unknown.
+  virtual size_t memory_available_bytes() const { return 0; }
+  // Where that number comes from, for messages ("MemAvailable", "cudaMemGetInfo").
+  virtual std::string memory_available_source() const { return "unknown"; }
 
   // ---- element-wise -------------------------------------------------------------
   // out = a + b  (n)

@@ -45,19 +45,22 @@ int visible_devices(const std::string& device, std::string* why) {
   return 0;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int device_index) {
+std::unique_ptr<Backend> make_backend(const std::string& device, int device_index, const std::string& option) {
+  // "train.device = cuda" for a config key, "--device cuda" for a command's own flag.
+  const bool flag = option.rfind("--", 0) == 0;
+  const std::string asked = option + (flag ? " " : " = ") + device;
   if (device == "cpu") return make_cpu_backend();
   if (device == "cuda") {
 #ifdef SHARDTRAIN_HAVE_CUDA
     std::string why;
-    if (cuda::device_count(&why) == 0) fail("train.device = cuda: no CUDA device found (cudaGetDeviceCount: ", why, ")");
+    if (cuda::device_count(&why) == 0) fail_config(asked, ": no CUDA device found (cudaGetDeviceCount: ", why, ")");
     return make_cuda_backend(device_index);
 #else
-    fail("train.device = \"cuda\": this build has no CUDA backend (nvcc was not found at configure time); "
-         "use --train.device=cpu");
+    fail_config(asked, ": this build has no CUDA backend (nvcc was not found at configure time); use ",
+                flag ? option + " cpu" : "--" + option + "=cpu");
 #endif
   }
-  fail("train.device: unknown device '", device, "' (expected cpu or cuda)");
+  fail_config(option, ": unknown device '", device, "' (expected cpu or cuda)");
 }
 
 // The default seeded fill: computed on the host in pieces, each uploaded into place.

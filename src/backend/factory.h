@@ -11,7 +11,10 @@ namespace st {
 // "cpu" -> the fp32 reference; "cuda" -> the GPU backend where this build has one,
 // on CUDA device `device_index` (a rank passes its LOCAL_RANK modulo the device
 // count, so the ranks of one host each get their own GPU). The CPU ignores it.
-std::unique_ptr<Backend> make_backend(const std::string& device, int device_index = 0);
+// `option` names the setting that chose the device in errors ("train.device", or a
+// command's own flag such as "--device").
+std::unique_ptr<Backend> make_backend(const std::string& device, int device_index = 0,
+                                      const std::string& option = "train.device");
 
 // The devices a run can train on ("cpu", "cuda"): the choices of train.device.
 const std::vector<std::string>& backend_devices();

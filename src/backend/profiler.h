@@ -135,6 +135,8 @@ class ProfilingBackend : public Backend {
 
   size_t workspace_bytes() const override { return inner_.workspace_bytes(); }
   size_t peak_allocated_bytes() const override { return inner_.peak_allocated_bytes(); }
+  size_t memory_available_bytes() const override { return inner_.memory_available_bytes(); }
+  std::string memory_available_source() const override { return inner_.memory_available_source(); }
   void reset_peak_allocated() override { inner_.reset_peak_allocated(); }
 
   void add(Tensor out, Tensor a, Tensor b, size_t n) override;

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "io/hf_checkpoint.h"
 #include "model/config.h"
@@ -36,11 +37,11 @@ Command add_export_command(CLI::App& root) {
   app->add_option("--out", s->out, "output directory")->required();
   app->add_option("--dtype", s->dtype, "weight dtype")->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
   app->add_option("--max-shard-gb", s->max_shard_gb, "split into files of at most this many GB (with an index)")
-      ->check(CLI::PositiveNumber)
+      ->check(finite_in(0.001, 1e6))
       ->capture_default_str();
   app->add_flag("--force", s->force, "replace a model already in --out");
   return {app, [s] {
-            ST_CHECK(!s->init_from.empty() || !s->preset.empty(), "export: give --init-from DIR or --preset NAME");
+            ST_CHECK_CONFIG(!s->init_from.empty() || !s->preset.empty(), "export: give --init-from DIR or --preset NAME");
             check_export_dir(s->out, s->force);
             const ModelConfig cfg = s->init_from.empty() ? model_preset(s->preset) : load_hf_config(s->init_from);
             const ParamLayout layout(cfg);
@@ -58,6 +59,7 @@ Command add_export_command(CLI::App& root) {
             o.dtype = s->dtype == "f32" ? DType::F32 : DType::BF16;
             o.max_shard_bytes = static_cast<uint64_t>(s->max_shard_gb * 1e9);
             o.overwrite = s->force;
+            o.config_from = s->init_from;  // keep the source's other config.json keys
             export_hf_model(s->out, layout, units, o);
             std::printf("exported %s (%s, %s) to %s\n", cfg.source.c_str(), s->dtype.c_str(),
                         cfg.tie_word_embeddings ? "tied embeddings" : "untied", s->out.c_str());

@@ -1,4 +1,6 @@
+#include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +21,8 @@ Command add_launch_command(CLI::App& root) {
       "(torchrun's names). Their output is printed line by line as \"[rank R] ...\". When a rank\n"
       "fails, the others get SIGTERM, then SIGKILL after --grace-period; Ctrl-C (SIGINT/SIGTERM)\n"
       "is forwarded to every rank, a second one kills them. Exits 0 only if every rank did.\n"
+      "Each rank's end is printed as \"launch: rank R (pid P): exited 0\" (or \"failed with exit code N\",\n"
+      "\"killed by signal S\"); a failed launch ends with every rank's state.\n"
       "Rank variables of Slurm, Open MPI, PMI and PyTorchJob (PET_*) are removed from the ranks'\n"
       "environment, so running `launch` inside an srun step is unambiguous.\n"
       "In a Kubernetes Indexed Job pod (JOB_COMPLETION_INDEX set) --nnodes, --node-rank, --master-addr\n"
@@ -49,6 +53,10 @@ Command add_launch_command(CLI::App& root) {
                   "run resumes from its latest checkpoint: run.resume=auto)")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
+  app->add_option("--job-id", opt->job_id,
+                  "This job's identity, given to every rank as SHARDTRAIN_JOB_ID: the rendezvous refuses a rank "
+                  "of another job (two jobs on one --master-port). Default: SHARDTRAIN_JOB_ID, else a random one "
+                  "for a one-node job; a job of several nodes needs the same value on each node to be checked");
   // Everything after `--` lands here: CLI11 takes what follows it as positionals only.
   app->add_option("args", opt->args, "Arguments for every rank, after `--` (a shardtrain command by default)");
   // Without `--`, a rank's options (`train --config x`) would be taken as launch's own
@@ -59,7 +67,7 @@ Command add_launch_command(CLI::App& root) {
             for (const std::string& a : app->remaining())
               if (a != "--") extras += " " + a;  // CLI11 keeps the separator itself in remaining()
             if (!extras.empty())
-              fail("launch: unknown option(s)", extras,
+              fail_config("launch: unknown option(s)", extras,
                    "; a rank's own arguments go after `--`, e.g.\n"
                    "  shardtrain launch --nproc-per-node 4 -- train --config configs/tiny.toml");
             // A Kubernetes Indexed Job pod: its place, where the options do not say.
@@ -70,6 +78,15 @@ Command add_launch_command(CLI::App& root) {
               if (!node_rank->count()) opt->node_rank = k.node_rank;
               if (!master_addr->count()) opt->master_addr = k.master_addr;
               if (!master_port->count()) opt->master_port = k.master_port;
+            }
+            // A one-node job is all here, so a random identity serves; nodes of a larger
+            // job must agree on theirs (--job-id or SHARDTRAIN_JOB_ID), or none is checked.
+            if (opt->job_id.empty() && !(env.count("SHARDTRAIN_JOB_ID") && !env.at("SHARDTRAIN_JOB_ID").empty()) &&
+                opt->nnodes == 1) {
+              std::random_device rd;
+              char id[32];
+              std::snprintf(id, sizeof id, "launch-%08x%08x", rd(), rd());
+              opt->job_id = id;
             }
             return launch_local_ranks(*opt);
           }};

@@ -11,6 +11,7 @@
 
 #include "backend/factory.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "cli/rank_bringup.h"
@@ -48,7 +49,9 @@ Command add_nccl_check_command(CLI::App& root) {
   app->add_option("--factor", s.check.factor, "size step (multiply)")->check(CLI::Range(2, 1 << 20))->capture_default_str();
   app->add_option("--iters", s.check.iters, "timed operations per size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app->add_option("--warmup", s.check.warmup, "untimed operations per size")->check(CLI::Range(0, 1 << 20))->capture_default_str();
-  app->add_option("--timeout-s", s.timeout_s, "limit on rendezvous and waits")->capture_default_str();
+  app->add_option("--timeout-s", s.timeout_s, "limit on rendezvous and waits")
+      ->check(finite_in(0, 604800, /*lo_open=*/true))
+      ->capture_default_str();
   app->add_flag("--json", s.check.json, "print one JSON object (rank 0) instead of tables");
   return {app, [state] {
 #ifndef SHARDTRAIN_HAVE_CUDA

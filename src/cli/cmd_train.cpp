@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/rank_bringup.h"
+#include "train/memory_check.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -35,6 +36,10 @@ Command add_train_command(CLI::App& root) {
   return {app, [state] {
             RunConfig cfg = load_run_config(state->config, state->overrides);
             RankContext rank = bring_up_rank(cfg.train.device, cfg.dist, &cfg.fabric, cfg.run.out_dir);
+            // Before anything big is allocated; the ranks of one host share its RAM.
+            const int shard_world = rank.groups.shard->world();
+            check_rank_memory(cfg, *rank.backend, shard_world, shard_world == 1 && !rank.groups.replicate,
+                              rank.env.local_world);
             Trainer trainer(cfg, *rank.backend, rank.groups, rank.fabric);
             trainer.run();
             return 0;

@@ -21,5 +21,6 @@ Command add_nccl_check_command(CLI::App& root);
 Command add_deploy_command(CLI::App& root);
 Command add_tokenize_command(CLI::App& root);
 Command add_data_command(CLI::App& root);
+Command add_report_command(CLI::App& root);
 
 }  // namespace st

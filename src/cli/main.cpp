@@ -21,11 +21,14 @@ int main(int argc, char** argv) {
                                       st::add_deploy_command(app)};
   commands.push_back(st::add_tokenize_command(app));
   commands.push_back(st::add_data_command(app));
+  commands.push_back(st::add_report_command(app));
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every other command-line error is a usage error.
+    const int code = app.exit(e);
+    return code == 0 ? st::kExitOk : st::kExitUsage;
   }
   try {
     for (auto& c : commands)
@@ -36,11 +39,11 @@ int main(int argc, char** argv) {
   } catch (const st::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "shardtrain: error: %s\n", e.what());
-    return 1;
+    return st::exit_code(e.kind());
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "shardtrain: internal error: %s\n", e.what());
-    return 2;
+    return st::kExitInternal;
   }
-  return 1;
+  return st::kExitRuntime;
 }

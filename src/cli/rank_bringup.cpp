@@ -23,6 +23,7 @@ RankContext bring_up_rank(const DistEnv& env, const std::string& device, const D
   where.master_addr = env.master_addr;
   where.master_port = env.master_port;
   where.launched = env.source != DistEnv{}.source;
+  where.job_id = env.job_id;
   // NCCL reads its variables once, at its first call (inside init_process_groups).
   FabricEnvPlan plan;
   if (fabric && uses_nccl(where, *ctx.backend)) plan = apply_fabric_env(*fabric, env.rank, out_dir);

@@ -60,16 +60,16 @@ class GlooComm final : public Comm {
         world_(world),
         timeout_s_(timeout_s),
         timeout_(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))) {
-    ST_CHECK(world >= 1 && rank >= 0 && rank < world, "Gloo group '", prefix_, "': rank ", rank,
+    ST_CHECK_DIST(world >= 1 && rank >= 0 && rank < world, "Gloo group '", prefix_, "': rank ", rank,
              " outside a group of ", world);
-    ST_CHECK(timeout_s > 0, "Gloo group '", prefix_, "': timeout must be positive, got ", timeout_s);
+    ST_CHECK_DIST(timeout_s > 0, "Gloo group '", prefix_, "': timeout must be positive, got ", timeout_s);
     ctx_ = std::make_shared<gloo::rendezvous::Context>(rank, world);
     ctx_->setTimeout(timeout_);
     gloo::rendezvous::PrefixStore prefixed(prefix_, *store_);
     try {
       ctx_->connectFullMesh(prefixed, device);
     } catch (const std::exception& e) {
-      fail(who(), ": connecting group '", prefix_, "' (", world, " ranks) failed: ", e.what());
+      fail_dist(who(), ": connecting group '", prefix_, "' (", world, " ranks) failed: ", e.what());
     }
   }
 
@@ -123,7 +123,7 @@ class GlooComm final : public Comm {
   }
 
   void broadcast(Tensor buf, size_t count, int root) override {
-    ST_CHECK(root >= 0 && root < world_, who(), ": broadcast root ", root, " outside group '", prefix_, "' of ",
+    ST_CHECK_DIST(root >= 0 && root < world_, who(), ": broadcast root ", root, " outside group '", prefix_, "' of ",
              world_);
     fits("broadcast", buf, count, "buf");
     if (count == 0) return;
@@ -169,21 +169,21 @@ class GlooComm final : public Comm {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      fail(who(), ": ", op, " failed: ", e.what(), " (a peer may have exited or stalled; timeout ", timeout_s_,
+      fail_dist(who(), ": ", op, " failed: ", e.what(), " (a peer may have exited or stalled; timeout ", timeout_s_,
            " s)");
     }
   }
 
   void same_dtype(const char* op, Tensor a, Tensor b) const {
-    ST_CHECK(a.dtype == b.dtype, who(), ": ", op, " with mismatched dtypes ", dtype_name(a.dtype), " and ",
+    ST_CHECK_DIST(a.dtype == b.dtype, who(), ": ", op, " with mismatched dtypes ", dtype_name(a.dtype), " and ",
              dtype_name(b.dtype));
   }
   void fits(const char* op, Tensor t, size_t n, const char* name) const {
-    ST_CHECK(t.numel >= n && (n == 0 || t.data), who(), ": ", op, " needs ", n, " elements in ", name, ", it has ",
+    ST_CHECK_DIST(t.numel >= n && (n == 0 || t.data), who(), ": ", op, " needs ", n, " elements in ", name, ", it has ",
              t.numel);
   }
   DType reduction_dtype(const char* op, DType t) const {
-    ST_CHECK(t == DType::F32 || t == DType::F64 || t == DType::I32 || t == DType::I64, who(), ": ", op, " of ",
+    ST_CHECK_DIST(t == DType::F32 || t == DType::F64 || t == DType::I32 || t == DType::I64, who(), ": ", op, " of ",
              dtype_name(t), " is not supported by the Gloo comm (f32, f64, i32, i64 are)");
     return t;
   }
@@ -266,7 +266,7 @@ std::shared_ptr<gloo::transport::Device> make_gloo_device(const std::string& hos
   try {
     return gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
-    fail("Gloo: cannot listen on ", what, ": ", e.what(),
+    fail_dist("Gloo: cannot listen on ", what, ": ", e.what(),
          " (set SHARDTRAIN_GLOO_IFNAME to the network interface the ranks reach each other on)");
   }
 }
@@ -274,7 +274,7 @@ std::shared_ptr<gloo::transport::Device> make_gloo_device(const std::string& hos
 std::unique_ptr<Comm> make_gloo_comm(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& prefix,
                                      int rank, int world, double timeout_s,
                                      std::shared_ptr<gloo::transport::Device> device, int global_rank) {
-  ST_CHECK(store != nullptr, "Gloo group '", prefix, "' needs a rendezvous store");
+  ST_CHECK_DIST(store != nullptr, "Gloo group '", prefix, "' needs a rendezvous store");
   if (!device) device = make_gloo_device("");
   ignore_sigpipe();
   return std::make_unique<GlooComm>(std::move(store), prefix, rank, world, timeout_s, std::move(device),

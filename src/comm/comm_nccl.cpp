@@ -85,7 +85,7 @@ ncclDataType_t nccl_dtype(DType t) {
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
   }
-  fail("nccl: unknown dtype ", static_cast<int>(t));
+  fail_dist("nccl: unknown dtype ", static_cast<int>(t));
 }
 
 class NcclComm final : public Comm {
@@ -186,7 +186,7 @@ class NcclComm final : public Comm {
 
   void broadcast(Tensor buf, size_t count, int root) override {
     const char* op = "broadcast";
-    ST_CHECK(root >= 0 && root < world_, who(), ": nccl broadcast root ", root, " outside group '", prefix_, "' of ",
+    ST_CHECK_DIST(root >= 0 && root < world_, who(), ": nccl broadcast root ", root, " outside group '", prefix_, "' of ",
              world_);
     fits(op, buf, count, "buf");
     if (count == 0) return;
@@ -198,7 +198,7 @@ class NcclComm final : public Comm {
   void wait(CommWork work) override {
     if (work.id == 0) return;
     std::lock_guard<std::mutex> lk(mu_);
-    if (!watchdog_error_.empty()) throw Error(watchdog_error_);
+    if (!watchdog_error_.empty()) throw Error(watchdog_error_, ErrorKind::Distributed);
     // The queue is in id order; one that left it has completed on the device.
     for (const Pending& p : pending_) {
       if (p.id < work.id) continue;
@@ -206,7 +206,7 @@ class NcclComm final : public Comm {
         const cudaError_t e = cudaStreamWaitEvent(stream_, p.done, 0);
         if (e != cudaSuccess) {
           (void)cudaGetLastError();
-          fail(who(), ": nccl wait for ", p.op, " #", p.id, " failed: CUDA error ", cudaGetErrorName(e), " (",
+          fail_dist(who(), ": nccl wait for ", p.op, " #", p.id, " failed: CUDA error ", cudaGetErrorName(e), " (",
                cudaGetErrorString(e), ")");
         }
       }
@@ -268,7 +268,7 @@ class NcclComm final : public Comm {
       try {
         store.set(key, std::vector<char>(id.internal, id.internal + sizeof id.internal));
       } catch (const Error& e) {
-        fail(who(), ": nccl init failed: cannot publish the NCCL id of group '", prefix_, "': ", e.what());
+        fail_dist(who(), ": nccl init failed: cannot publish the NCCL id of group '", prefix_, "': ", e.what());
       }
     } else {
       std::vector<char> v;
@@ -276,9 +276,9 @@ class NcclComm final : public Comm {
         store.wait({key}, std::chrono::duration_cast<std::chrono::milliseconds>(timeout_));
         v = store.get(key);
       } catch (const Error& e) {
-        fail(who(), ": nccl init failed: no NCCL id from rank 0 of group '", prefix_, "': ", e.what());
+        fail_dist(who(), ": nccl init failed: no NCCL id from rank 0 of group '", prefix_, "': ", e.what());
       }
-      ST_CHECK(v.size() == sizeof id.internal, who(), ": nccl init failed: the id under '", key, "' has ", v.size(),
+      ST_CHECK_DIST(v.size() == sizeof id.internal, who(), ": nccl init failed: the id under '", key, "' has ", v.size(),
                " bytes, expected ", sizeof id.internal);
       std::memcpy(id.internal, v.data(), sizeof id.internal);
     }
@@ -335,7 +335,7 @@ class NcclComm final : public Comm {
     std::ostringstream os;
     os << who() << ": nccl " << op << " failed: " << why;
     error_ = os.str();
-    throw Error(error_);
+    throw Error(error_, ErrorKind::Distributed);
   }
 
   void cuda_check(const char* op, cudaError_t e) {
@@ -351,11 +351,11 @@ class NcclComm final : public Comm {
   void usable(const char* op) {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      if (!watchdog_error_.empty()) throw Error(watchdog_error_);
+      if (!watchdog_error_.empty()) throw Error(watchdog_error_, ErrorKind::Distributed);
     }
     if (!comm_ && !error_.empty())
-      fail(who(), ": nccl ", op, " failed: the communicator was aborted after an earlier failure (", error_, ")");
-    ST_CHECK(comm_ != nullptr, who(), ": nccl ", op, " failed: no communicator");
+      fail_dist(who(), ": nccl ", op, " failed: the communicator was aborted after an earlier failure (", error_, ")");
+    ST_CHECK_DIST(comm_ != nullptr, who(), ": nccl ", op, " failed: no communicator");
   }
 
   // Before touching the device for an operation: the comm is alive and its GPU is
@@ -514,11 +514,11 @@ class NcclComm final : public Comm {
   }
 
   void same_dtype(const char* op, Tensor a, Tensor b) const {
-    ST_CHECK(a.dtype == b.dtype, who(), ": nccl ", op, " with mismatched dtypes ", dtype_name(a.dtype), " and ",
+    ST_CHECK_DIST(a.dtype == b.dtype, who(), ": nccl ", op, " with mismatched dtypes ", dtype_name(a.dtype), " and ",
              dtype_name(b.dtype));
   }
   void fits(const char* op, Tensor t, size_t n, const char* name) const {
-    ST_CHECK(t.numel >= n && (n == 0 || t.data), who(), ": nccl ", op, " needs ", n, " elements in ", name,
+    ST_CHECK_DIST(t.numel >= n && (n == 0 || t.data), who(), ": nccl ", op, " needs ", n, " elements in ", name,
              ", it has ", t.numel);
   }
 
@@ -551,10 +551,10 @@ class NcclComm final : public Comm {
 std::unique_ptr<Comm> make_nccl_comm(TcpStore& store, const std::string& prefix, int rank, int world,
                                      double timeout_s, Backend& backend, int global_rank) {
   const int who = global_rank < 0 ? rank : global_rank;
-  ST_CHECK(world >= 1 && rank >= 0 && rank < world, "rank ", who, ": nccl group '", prefix, "': rank ", rank,
+  ST_CHECK_DIST(world >= 1 && rank >= 0 && rank < world, "rank ", who, ": nccl group '", prefix, "': rank ", rank,
            " outside a group of ", world);
-  ST_CHECK(timeout_s > 0, "rank ", who, ": nccl group '", prefix, "': timeout must be positive, got ", timeout_s);
-  ST_CHECK(backend.device() == Device::CUDA && backend.native_stream() != nullptr, "rank ", who,
+  ST_CHECK_DIST(timeout_s > 0, "rank ", who, ": nccl group '", prefix, "': timeout must be positive, got ", timeout_s);
+  ST_CHECK_DIST(backend.device() == Device::CUDA && backend.native_stream() != nullptr, "rank ", who,
            ": the NCCL comm needs the CUDA backend, got ", backend.name());
   // A workplace rule: NVLink multicast (NVLS) stays off unless the environment says
   // otherwise. NCCL reads its variables once, at its first call, so this comes first.
@@ -563,7 +563,7 @@ std::unique_ptr<Comm> make_nccl_comm(TcpStore& store, const std::string& prefix,
   int device = 0;
   if (const cudaError_t e = cudaStreamGetDevice(stream, &device); e != cudaSuccess) {
     (void)cudaGetLastError();
-    fail("rank ", who, ": nccl init failed: cannot tell the backend stream's device: ", cudaGetErrorName(e), " (",
+    fail_dist("rank ", who, ": nccl init failed: cannot tell the backend stream's device: ", cudaGetErrorName(e), " (",
          cudaGetErrorString(e), ")");
   }
   return std::make_unique<NcclComm>(store, prefix, rank, world, timeout_s, stream, device, global_rank);
@@ -576,7 +576,7 @@ std::unique_ptr<Comm> make_nccl_comm(TcpStore& store, const std::string& prefix,
 namespace st {
 
 std::unique_ptr<Comm> make_nccl_comm(TcpStore&, const std::string& prefix, int rank, int, double, Backend&, int) {
-  fail("rank ", rank, ": nccl group '", prefix, "': this build has no CUDA (nvcc was not found at configure time)");
+  fail_dist("rank ", rank, ": nccl group '", prefix, "': this build has no CUDA (nvcc was not found at configure time)");
 }
 
 }  // namespace st

@@ -28,11 +28,11 @@ bool uses_nccl(const Rendezvous& where, const Backend& backend) {
 ProcessGroups init_process_groups(const Rendezvous& where, Backend& backend, int shard_group_size,
                                   double timeout_s) {
   const int W = where.world;
-  ST_CHECK(W >= 1 && where.rank >= 0 && where.rank < W, "rank ", where.rank, " outside a world of ", W);
-  ST_CHECK(shard_group_size >= 0, "dist.shard_group_size must be 0 (all ranks) or positive, got ",
+  ST_CHECK_DIST(W >= 1 && where.rank >= 0 && where.rank < W, "rank ", where.rank, " outside a world of ", W);
+  ST_CHECK_CONFIG(shard_group_size >= 0, "dist.shard_group_size must be 0 (all ranks) or positive, got ",
            shard_group_size);
   const int G = shard_group_size == 0 ? W : shard_group_size;
-  ST_CHECK(G <= W && W % G == 0, "dist.shard_group_size ", G, " does not divide the world of ", W,
+  ST_CHECK_CONFIG(G <= W && W % G == 0, "dist.shard_group_size ", G, " does not divide the world of ", W,
            " ranks: use a divisor of ", W, " (or 0 for all ranks)");
 
   ProcessGroups groups;
@@ -44,7 +44,7 @@ ProcessGroups init_process_groups(const Rendezvous& where, Backend& backend, int
   }
 
   const int rank = where.rank;
-  auto store = std::make_shared<TcpStore>(where.master_addr, where.master_port, rank, W, timeout_s);
+  auto store = std::make_shared<TcpStore>(where.master_addr, where.master_port, rank, W, timeout_s, where.job_id);
   groups.store = store;
   // Everyone present before any group connects, so a missing rank is named here
   // rather than surfacing as a Gloo key that never appeared.

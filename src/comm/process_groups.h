@@ -24,6 +24,9 @@ struct Rendezvous {
   // Started by a launcher (torchrun, `shardtrain launch`, a Kubernetes Job, ...)
   // rather than by hand: on CUDA a launched world of 1 still uses NCCL.
   bool launched = false;
+  // The job's identity (DistEnv::job_id): rank 0's store refuses a rank that brings
+  // another one, naming both jobs. Empty: not checked.
+  std::string job_id;
 };
 
 // The [dist] section of the run configuration.

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -168,11 +169,11 @@ std::string joined_key(int rank) { return "st/joined/" + std::to_string(rank); }
 
 class TcpStoreServer {
  public:
-  TcpStoreServer(int port, int world) : world_(world) {
+  TcpStoreServer(int port, int world, std::string job_id) : world_(world), job_id_(std::move(job_id)) {
     listen_fd_ = listen_on(port);
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
       ::close(listen_fd_);
-      fail("rank 0: cannot create the rendezvous server's wake-up pipe: ", errno_text(errno));
+      fail_dist("rank 0: cannot create the rendezvous server's wake-up pipe: ", errno_text(errno));
     }
     thread_ = std::thread([this] { run(); });
   }
@@ -235,13 +236,13 @@ class TcpStoreServer {
       const int e = errno;
       ::close(fd);
       if (e == EADDRINUSE)
-        fail("rank 0: cannot serve the rendezvous store on port ", port,
+        fail_dist("rank 0: cannot serve the rendezvous store on port ", port,
              ": address already in use (another job, or a previous run of this one, holds it): "
              "pick another MASTER_PORT");
       if (family == AF_INET)
-        fail("rank 0: cannot serve the rendezvous store on port ", port, ": ", errno_text(e));
+        fail_dist("rank 0: cannot serve the rendezvous store on port ", port, ": ", errno_text(e));
     }
-    fail("rank 0: cannot create a socket for the rendezvous store: ", errno_text(errno));
+    fail_dist("rank 0: cannot create a socket for the rendezvous store: ", errno_text(errno));
   }
 
   void run() {
@@ -378,8 +379,14 @@ class TcpStoreServer {
     switch (op) {
       case kHello: {
         const int64_t rank = r.i64(), world = r.i64();
+        const std::string job = r.str();
         std::string err;
-        if (world != world_) {
+        // Another job's rank (two jobs started on one port) first: its world and rank
+        // mean nothing here, and it must not take a place in this one.
+        if (!job.empty() && !job_id_.empty() && job != job_id_) {
+          err = "rank " + std::to_string(rank) + " of job '" + job + "' reached the rendezvous of job '" + job_id_ +
+                "': two jobs use this MASTER_PORT; give each its own port";
+        } else if (world != world_) {
           err = "rank " + std::to_string(rank) + " was started for a world of " + std::to_string(world) +
                 " ranks but rank 0 for " + std::to_string(world_) + ": the ranks disagree on WORLD_SIZE";
         } else if (rank < 0 || rank >= world_) {
@@ -441,6 +448,7 @@ class TcpStoreServer {
   }
 
   int world_;
+  std::string job_id_;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   std::thread thread_;
@@ -531,15 +539,17 @@ std::string local_ip_of(int fd) {
 
 }  // namespace
 
-TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s)
+TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s, const std::string& job_id)
     : address_((addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + std::to_string(port)),
+      job_id_(job_id),
       rank_(rank),
       world_(world),
       timeout_s_(timeout_s) {
-  ST_CHECK(port >= 1 && port <= 65535, "rendezvous port ", port, " is outside 1..65535");
-  ST_CHECK(world >= 1 && rank >= 0 && rank < world, "rendezvous: rank ", rank, " outside a world of ", world);
-  ST_CHECK(timeout_s > 0, "rendezvous timeout must be positive, got ", timeout_s);
-  if (rank == 0) server_ = std::make_unique<TcpStoreServer>(port, world);
+  ST_CHECK_DIST(port >= 1 && port <= 65535, "rendezvous port ", port, " is outside 1..65535");
+  ST_CHECK_DIST(world >= 1 && rank >= 0 && rank < world, "rendezvous: rank ", rank, " outside a world of ", world);
+  ST_CHECK_DIST(timeout_s > 0 && std::isfinite(timeout_s), "rendezvous timeout must be a positive number, got ",
+                timeout_s);
+  if (rank == 0) server_ = std::make_unique<TcpStoreServer>(port, world, job_id);
 
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
@@ -548,9 +558,9 @@ TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, doubl
   while ((fd_ = try_connect(addr, port, deadline, why)) < 0) {
     if (Clock::now() >= deadline) {
       if (rank == 0)
-        fail("rank 0: serving the rendezvous store on port ", port, " but cannot connect to it at ", address_,
+        fail_dist("rank 0: serving the rendezvous store on port ", port, " but cannot connect to it at ", address_,
              " after ", seconds_text(timeout_s), " (", why, "): MASTER_ADDR must name the host of rank 0");
-      fail("rank ", rank, ": cannot reach the rendezvous server at ", address_, " after ", seconds_text(timeout_s),
+      fail_dist("rank ", rank, ": cannot reach the rendezvous server at ", address_, " after ", seconds_text(timeout_s),
            " (", why, "): is rank 0 running and MASTER_ADDR/MASTER_PORT right?");
     }
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - Clock::now()));
@@ -558,8 +568,8 @@ TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, doubl
   }
   local_ip_ = local_ip_of(fd_);
   try {
-    Reply r = request(Writer().u8(kHello).i64(rank).i64(world).s, timeout_s_, "joining");
-    if (r.status != kOk) fail("rendezvous at ", address_, ": ", r.reader().str());
+    Reply r = request(Writer().u8(kHello).i64(rank).i64(world).str(job_id).s, timeout_s_, "joining");
+    if (r.status != kOk) fail_dist("rendezvous at ", address_, ": ", r.reader().str());
   } catch (...) {
     ::close(fd_);
     throw;
@@ -576,13 +586,13 @@ TcpStore::~TcpStore() {
 TcpStore::Reply TcpStore::request(const std::string& body, double wait_s, const char* what) {
   std::lock_guard<std::mutex> lock(mu_);
   if (fd_ < 0)
-    fail("rank ", rank_, ": no connection to the rendezvous server at ", address_, " (an earlier request failed)");
+    fail_dist("rank ", rank_, ": no connection to the rendezvous server at ", address_, " (an earlier request failed)");
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_s));
   const auto lost = [&](const char* how) {
     // The connection is out of step with the protocol now; nothing more can use it.
     ::close(fd_);
     fd_ = -1;
-    fail("rank ", rank_, ": ", how, " the rendezvous server at ", address_, " while ", what,
+    fail_dist("rank ", rank_, ": ", how, " the rendezvous server at ", address_, " while ", what,
          " (rank 0 may have exited)");
   };
   if (!send_all(fd_, Writer{body}.frame(), deadline)) lost("lost the connection to");
@@ -634,7 +644,7 @@ void TcpStore::wait_for(const std::vector<std::string>& keys, double timeout_s) 
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
   const Reply r = request(Writer().u8(kAdd).str(key).i64(delta).s, timeout_s_, "adding to a counter");
   Reader rd = r.reader();
-  if (r.status != kOk) fail("rendezvous at ", address_, ": ", rd.str());
+  if (r.status != kOk) fail_dist("rendezvous at ", address_, ": ", rd.str());
   return rd.i64();
 }
 
@@ -660,12 +670,12 @@ void TcpStore::fail_timeout(double timeout_s, const std::string& what) {
                                   std::to_string(world_) + " never joined";
   } catch (const Error&) {
   }
-  fail("rendezvous at ", address_, ": rank ", rank_, " timed out after ", seconds_text(timeout_s),
+  fail_dist("rendezvous at ", address_, ": rank ", rank_, " timed out after ", seconds_text(timeout_s),
        " waiting for ", what, joined);
 }
 
 void TcpStore::barrier(const std::string& name, int world, double timeout_s) {
-  ST_CHECK(world >= 1 && rank_ < world, "barrier '", name, "': rank ", rank_, " outside a world of ", world);
+  ST_CHECK_DIST(world >= 1 && rank_ < world, "barrier '", name, "': rank ", rank_, " outside a world of ", world);
   // Each rank leaves an arrival key (so a timeout can name who is missing) and
   // counts itself in; the last to arrive opens the barrier for everyone.
   const std::string prefix = "st/barrier/" + name + "/";
@@ -682,7 +692,7 @@ void TcpStore::barrier(const std::string& name, int world, double timeout_s) {
   const bool none_joined = std::all_of(absent.begin(), absent.end(), [&](int a) {
     return std::find(unjoined.begin(), unjoined.end(), a) != unjoined.end();
   });
-  fail("rendezvous at ", address_, ": timed out after ", seconds_text(timeout_s), " waiting for rank",
+  fail_dist("rendezvous at ", address_, ": timed out after ", seconds_text(timeout_s), " waiting for rank",
        absent.size() == 1 ? " " : "s ", rank_list(absent), " of ", world, " (barrier '", name, "')",
        none_joined ? "; they never connected: were they started, with the same MASTER_ADDR/MASTER_PORT?" : "");
 }

@@ -28,7 +28,10 @@ class TcpStore final : public gloo::rendezvous::Store {
   // interface); then connect to addr:port, retrying while the server is not up yet
   // (connection refused, name not resolvable yet) until timeout_s. Joining
   // registers this rank, so timeouts can list the ranks that never joined.
-  TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s);
+  // `job_id` (SHARDTRAIN_JOB_ID, set by `shardtrain launch`) identifies the job: a rank
+  // whose job differs from rank 0's is refused, both jobs named, so two jobs started on
+  // one port cannot mix ranks ("" on either side: not checked).
+  TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s, const std::string& job_id = "");
   // Disconnects; rank 0 then keeps serving until the other ranks have disconnected
   // (or a grace period ran out) so that nobody loses the server mid-request.
   ~TcpStore() override;
@@ -66,7 +69,7 @@ class TcpStore final : public gloo::rendezvous::Store {
   void wait_for(const std::vector<std::string>& keys, double timeout_s);
   [[noreturn]] void fail_timeout(double timeout_s, const std::string& what);
 
-  std::string address_, local_ip_;
+  std::string address_, local_ip_, job_id_;
   int rank_, world_;
   double timeout_s_;
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 only

@@ -1,36 +1,16 @@
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <set>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "data/source.h"
+#include "data/token_shards.h"
 
 namespace st {
 namespace fs = std::filesystem;
 namespace {
-
-// Regular files under `path` (itself, or recursively in name order), each once
-// even when reached through several symbolic links.
-void collect(const fs::path& path, std::vector<fs::path>& out, std::set<fs::path>& seen) {
-  std::error_code ec;
-  const auto st = fs::status(path, ec);
-  ST_CHECK(!ec && fs::exists(st), "data.paths: '", path.string(), "' does not exist");
-  if (fs::is_directory(st)) {
-    std::vector<fs::path> entries;
-    for (const auto& e : fs::directory_iterator(path, ec)) entries.push_back(e.path());
-    ST_CHECK(!ec, "data.paths: cannot list '", path.string(), "': ", ec.message());
-    std::sort(entries.begin(), entries.end());
-    for (const auto& e : entries) collect(e, out, seen);
-    return;
-  }
-  if (!fs::is_regular_file(st)) return;
-  const fs::path canon = fs::canonical(path, ec);
-  if (seen.insert(ec ? path : canon).second) out.push_back(path);
-}
 
 class TextSource final : public TokenSource {
  public:
@@ -66,22 +46,20 @@ class TextSource final : public TokenSource {
 
 std::unique_ptr<TokenSource> make_text_source(const std::vector<std::string>& paths, int vocab_size,
                                               uint64_t seed, int seq_len) {
-  ST_CHECK(vocab_size >= 256, "text data is byte-level and needs a vocab of at least 256 ids; the model has ",
-           vocab_size);
-  ST_CHECK(!paths.empty(), "data.paths is empty: name at least one file or directory for text data");
-  std::vector<fs::path> files;
-  std::set<fs::path> seen;
-  for (const auto& p : paths) collect(p, files, seen);
-  ST_CHECK(!files.empty(), "data.paths: no regular files found under ", paths.front());
+  ST_CHECK_CONFIG(vocab_size >= 256, "text data is byte-level and needs a vocab of at least 256 ids; the model has ",
+                  vocab_size);
+  ST_CHECK_CONFIG(!paths.empty(), "data.paths is empty: name at least one file or directory for text data");
+  const std::vector<std::string> files = collect_input_files(paths, "data.paths");
+  ST_CHECK_DATA(!files.empty(), "data.paths: no regular files found under ", paths.front());
   std::vector<uint8_t> corpus;
   for (const auto& f : files) {
     std::ifstream in(f, std::ios::binary);
-    ST_CHECK(in, "data.paths: cannot read '", f.string(), "'");
+    ST_CHECK_DATA(in, "data.paths: cannot read '", f, "'");
     corpus.insert(corpus.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     corpus.push_back('\n');  // files do not run into each other
   }
-  ST_CHECK(corpus.size() > static_cast<size_t>(seq_len) + 1, "data.paths: the corpus has ", corpus.size(),
-           " bytes, fewer than one sequence of ", seq_len + 1, " tokens");
+  ST_CHECK_DATA(corpus.size() > static_cast<size_t>(seq_len) + 1, "data.paths: the corpus has ", corpus.size(),
+                " bytes, fewer than one sequence of ", seq_len + 1, " tokens");
   return std::make_unique<TextSource>(std::move(corpus), files.size(), seed);
 }
 

@@ -14,7 +14,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 void check_id(int64_t id, int vocab, const std::string& path, const std::string& where, size_t pos) {
-  ST_CHECK(id >= 0 && id < vocab, path, ": ", where, ", position ", pos, ": token id ", id, " is outside [0, ",
+  ST_CHECK_DATA(id >= 0 && id < vocab, path, ": ", where, ", position ", pos, ": token id ", id, " is outside [0, ",
            vocab, ") of the model's vocabulary");
 }
 
@@ -25,7 +25,7 @@ std::vector<std::vector<int32_t>> read_token_sequences(const std::string& path, 
   std::vector<std::string> where;  // "sequence i" or "line n", for messages
   if (ends_with(path, ".npy")) {
     const NpyArray a = read_npy(path);
-    ST_CHECK(a.shape.size() == 1 || a.shape.size() == 2, path, ": token ids must be 1-D or 2-D, got ",
+    ST_CHECK_DATA(a.shape.size() == 1 || a.shape.size() == 2, path, ": token ids must be 1-D or 2-D, got ",
              a.shape.size(), " dimensions");
     const std::vector<int64_t> ids = npy_as_int64(a, path);
     const size_t rows = a.shape.size() == 1 ? 1 : static_cast<size_t>(a.shape[0]);
@@ -41,7 +41,7 @@ std::vector<std::vector<int32_t>> read_token_sequences(const std::string& path, 
     }
   } else {
     std::ifstream in(path);
-    ST_CHECK(in, path, ": cannot open");
+    ST_CHECK_DATA(in, path, ": cannot open");
     std::string line;
     for (int n = 1; std::getline(in, line); ++n) {
       const size_t first = line.find_first_not_of(" \t\r");
@@ -58,7 +58,7 @@ std::vector<std::vector<int32_t>> read_token_sequences(const std::string& path, 
         } catch (const std::exception&) {
           used = 0;
         }
-        ST_CHECK(used == tok.size(), path, ": line ", n, ", position ", s.size(), ": '", tok,
+        ST_CHECK_DATA(used == tok.size(), path, ": line ", n, ", position ", s.size(), ": '", tok,
                  "' is not an integer token id");
         check_id(id, vocab_size, path, where.back(), s.size());
         s.push_back(static_cast<int32_t>(id));
@@ -66,11 +66,11 @@ std::vector<std::vector<int32_t>> read_token_sequences(const std::string& path, 
       seqs.push_back(std::move(s));
     }
   }
-  ST_CHECK(!seqs.empty(), path, ": no token sequences");
+  ST_CHECK_DATA(!seqs.empty(), path, ": no token sequences");
   for (size_t i = 0; i < seqs.size(); ++i) {
-    ST_CHECK(seqs[i].size() >= 2, path, ": ", where[i], " has ", seqs[i].size(),
+    ST_CHECK_DATA(seqs[i].size() >= 2, path, ": ", where[i], " has ", seqs[i].size(),
              " tokens; scoring needs at least 2 (one to predict)");
-    ST_CHECK(static_cast<int>(seqs[i].size()) <= max_len, path, ": ", where[i], " has ", seqs[i].size(),
+    ST_CHECK_DATA(seqs[i].size() <= static_cast<size_t>(max_len), path, ": ", where[i], " has ", seqs[i].size(),
              " tokens, more than the model's max_position_embeddings (", max_len, ")");
   }
   return seqs;

@@ -19,6 +19,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -64,6 +65,23 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
 
 constexpr size_t kWriteBufferTokens = 1 << 18;  // 1 MiB
 constexpr uint64_t kScanChunk = 1 << 16;        // tokens per pass chunk (256 KiB, stays in L2)
+
+// j[key] as a T, when it is an integer T holds. nlohmann's get<T>() converts a float
+// (undefined behaviour when out of T's range) and wraps a large integer.
+template <class T>
+T integer_at(const nlohmann::json& j, const char* key, const std::string& where) {
+  const nlohmann::json& v = j.at(key);
+  const bool negative = v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0;
+  bool fits = v.is_number_integer();
+  if (fits && negative)
+    fits = std::numeric_limits<T>::is_signed && v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min());
+  else if (fits)
+    fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  if (!fits)
+    fail(where, ": '", key, "' must be an integer in [", +std::numeric_limits<T>::min(), ", ",
+         +std::numeric_limits<T>::max(), "], got ", v.dump());
+  return negative ? static_cast<T>(v.get<int64_t>()) : static_cast<T>(v.get<uint64_t>());
+}
 
 }  // namespace
 
@@ -270,22 +288,23 @@ TokenIndex read_token_index(const std::string& dir) {
   try {
     if (!j.is_object() || j.value("format", "") != "shardtrain-tokens")
       fail(path, ": not a shardtrain token index (format is not 'shardtrain-tokens')");
-    if (j.at("version").get<int64_t>() != kTokenShardVersion)
+    if (j.at("version") != kTokenShardVersion)
       fail(path, ": token index version ", j.at("version").dump(), "; this build reads version ", kTokenShardVersion);
     x.tokenizer = j.at("tokenizer").at("description").get<std::string>();
     x.tokenizer_dir = j.at("tokenizer").at("dir").get<std::string>();
-    x.vocab_size = j.at("vocab_size").get<int64_t>();
-    x.eos_id = j.at("eos_id").get<int32_t>();
+    x.vocab_size = integer_at<int64_t>(j, "vocab_size", path);
+    x.eos_id = integer_at<int32_t>(j, "eos_id", path);
     x.input_format = j.at("input_format").get<std::string>();
     x.text_field = j.value("text_field", "");
-    x.documents = j.at("documents").get<uint64_t>();
-    x.tokens = j.at("tokens").get<uint64_t>();
-    x.shard_tokens = j.at("shard_tokens").get<uint64_t>();
+    x.documents = integer_at<uint64_t>(j, "documents", path);
+    x.tokens = integer_at<uint64_t>(j, "tokens", path);
+    x.shard_tokens = integer_at<uint64_t>(j, "shard_tokens", path);
     for (const auto& s : j.at("shards"))
-      x.shards.push_back({s.at("file").get<std::string>(), s.at("tokens").get<uint64_t>(), s.at("xxh3_64").get<std::string>()});
+      x.shards.push_back({s.at("file").get<std::string>(), integer_at<uint64_t>(s, "tokens", path),
+                          s.at("xxh3_64").get<std::string>()});
     for (const auto& i : j.at("inputs"))
-      x.inputs.push_back({i.at("path").get<std::string>(), i.at("bytes").get<uint64_t>(),
-                          i.at("documents").get<uint64_t>(), i.at("tokens").get<uint64_t>()});
+      x.inputs.push_back({i.at("path").get<std::string>(), integer_at<uint64_t>(i, "bytes", path),
+                          integer_at<uint64_t>(i, "documents", path), integer_at<uint64_t>(i, "tokens", path)});
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -306,20 +325,23 @@ TokenIndex read_token_index(const std::string& dir) {
 }
 
 TokenDataset TokenDataset::open(const std::string& dir, int64_t vocab_limit, bool verify_checksums) {
-  TokenDataset d;
-  d.dir = dir;
-  d.index = read_token_index(dir);
-  for (const TokenIndexShard& e : d.index.shards) {
-    const std::string p = (fs::path(dir) / e.file).string();
-    TokenShard s = TokenShard::open(p, vocab_limit, verify_checksums);
-    ST_CHECK(s.size() == e.tokens, p, ": holds ", s.size(), " tokens, ", kTokenIndexName, " says ", e.tokens);
-    ST_CHECK(xxh3_64_hex(s.checksum()) == e.xxh3_64, p, ": checksum ", xxh3_64_hex(s.checksum()), " in its header, ",
-             kTokenIndexName, " says ", e.xxh3_64, " (a shard from another preparation?)");
-    ST_CHECK(static_cast<int64_t>(s.vocab_size()) == d.index.vocab_size, p, ": vocabulary size ", s.vocab_size(),
-             " in its header, ", kTokenIndexName, " says ", d.index.vocab_size);
-    d.shards.push_back(std::move(s));
-  }
-  return d;
+  // Whatever is wrong with the index or a shard is a data error (exit 3).
+  return classify_errors(ErrorKind::Data, [&] {
+    TokenDataset d;
+    d.dir = dir;
+    d.index = read_token_index(dir);
+    for (const TokenIndexShard& e : d.index.shards) {
+      const std::string p = (fs::path(dir) / e.file).string();
+      TokenShard s = TokenShard::open(p, vocab_limit, verify_checksums);
+      ST_CHECK(s.size() == e.tokens, p, ": holds ", s.size(), " tokens, ", kTokenIndexName, " says ", e.tokens);
+      ST_CHECK(xxh3_64_hex(s.checksum()) == e.xxh3_64, p, ": checksum ", xxh3_64_hex(s.checksum()), " in its header, ",
+               kTokenIndexName, " says ", e.xxh3_64, " (a shard from another preparation?)");
+      ST_CHECK(static_cast<int64_t>(s.vocab_size()) == d.index.vocab_size, p, ": vocabulary size ", s.vocab_size(),
+               " in its header, ", kTokenIndexName, " says ", d.index.vocab_size);
+      d.shards.push_back(std::move(s));
+    }
+    return d;
+  });
 }
 
 uint64_t TokenDataset::tokens() const {
@@ -378,16 +400,29 @@ uint64_t WindowPermutation::operator()(uint64_t i) const {
 
 namespace {
 
-void collect(const fs::path& path, std::vector<std::string>& out, std::set<fs::path>& seen, const std::string& what) {
+// `open`: the canonical paths of the directories being listed, so that a link back
+// into one of them is named as a loop instead of recursing until the path is too long.
+void collect(const fs::path& path, std::vector<std::string>& out, std::set<fs::path>& seen, std::vector<fs::path>& open,
+             const std::string& what) {
   std::error_code ec;
   const auto st = fs::status(path, ec);
-  ST_CHECK(!ec && fs::exists(st), what, ": '", path.string(), "' does not exist");
+  if (ec.value() == ELOOP) fail_data(what, ": '", path.string(), "' is a symbolic link loop (", ec.message(), ")");
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+    fail_data(what, ": cannot read '", path.string(), "': ", ec.message());
+  ST_CHECK_DATA(fs::exists(st), what, ": '", path.string(), "' does not exist");
   if (fs::is_directory(st)) {
+    const fs::path canon = fs::canonical(path, ec);
+    ST_CHECK_DATA(!ec, what, ": cannot resolve '", path.string(), "': ", ec.message());
+    if (std::find(open.begin(), open.end(), canon) != open.end())
+      fail_data(what, ": '", path.string(), "' leads back to '", canon.string(),
+                "', a directory that contains it: a symbolic link loop (", std::strerror(ELOOP), ")");
     std::vector<fs::path> entries;
     for (const auto& e : fs::directory_iterator(path, ec)) entries.push_back(e.path());
-    ST_CHECK(!ec, what, ": cannot list '", path.string(), "': ", ec.message());
+    ST_CHECK_DATA(!ec, what, ": cannot list '", path.string(), "': ", ec.message());
     std::sort(entries.begin(), entries.end());
-    for (const auto& e : entries) collect(e, out, seen, what);
+    open.push_back(canon);
+    for (const auto& e : entries) collect(e, out, seen, open, what);
+    open.pop_back();
     return;
   }
   if (!fs::is_regular_file(st)) return;
@@ -400,7 +435,8 @@ void collect(const fs::path& path, std::vector<std::string>& out, std::set<fs::p
 std::vector<std::string> collect_input_files(const std::vector<std::string>& paths, const std::string& what) {
   std::vector<std::string> files;
   std::set<fs::path> seen;
-  for (const auto& p : paths) collect(p, files, seen, what);
+  std::vector<fs::path> open;
+  for (const auto& p : paths) collect(p, files, seen, open, what);
   return files;
 }
 
@@ -699,12 +735,12 @@ void write_prepared(const std::string& stage, const std::vector<std::string>& fi
     uint64_t bytes = 0;
     std::vector<Document> batch = pool.take(bytes);
     for (Document& d : batch) {
-      if (!d.error.empty()) fail(d.error);
+      if (!d.error.empty()) fail_data(d.error);
       d.ids.push_back(o.eos_id);
       try {
         sink.append(d.ids.data(), d.ids.size());
       } catch (const Error& e) {
-        fail(where(files, d), ": ", e.what());
+        fail_as(e.kind(), where(files, d), ": ", e.what());
       }
       TokenIndexInput& in = index.inputs[d.input];
       ++in.documents;
@@ -724,32 +760,32 @@ void write_prepared(const std::string& stage, const std::vector<std::string>& fi
 }  // namespace
 
 TokenIndex prepare_token_shards(const PrepareOptions& o, const std::function<void(const PrepareProgress&)>& progress) {
-  ST_CHECK(!o.inputs.empty(), "data prepare: give at least one --input file or directory");
-  ST_CHECK(o.format == "text" || o.format == "jsonl", "data prepare: --format must be text or jsonl, got '", o.format, "'");
-  ST_CHECK(!o.text_field.empty(), "data prepare: --text-field must not be empty");
-  ST_CHECK(o.shard_tokens > 0, "data prepare: --shard-tokens must be positive");
-  ST_CHECK(o.threads >= 1, "data prepare: --threads must be at least 1, got ", o.threads);
+  ST_CHECK_CONFIG(!o.inputs.empty(), "data prepare: give at least one --input file or directory");
+  ST_CHECK_CONFIG(o.format == "text" || o.format == "jsonl", "data prepare: --format must be text or jsonl, got '", o.format, "'");
+  ST_CHECK_CONFIG(!o.text_field.empty(), "data prepare: --text-field must not be empty");
+  ST_CHECK_CONFIG(o.shard_tokens > 0, "data prepare: --shard-tokens must be positive");
+  ST_CHECK_CONFIG(o.threads >= 1, "data prepare: --threads must be at least 1, got ", o.threads);
   ST_CHECK(static_cast<bool>(o.encode), "data prepare: no tokenizer");
   ST_CHECK(o.vocab_size > 0 && o.vocab_size <= (int64_t{1} << 32), "data prepare: the tokenizer's vocabulary size ",
            o.vocab_size, " is out of range");
   ST_CHECK(o.eos_id >= 0 && o.eos_id < o.vocab_size, "data prepare: the tokenizer's eos id ", o.eos_id,
            " is not below its vocabulary size ", o.vocab_size);
-  ST_CHECK(!o.out.empty(), "data prepare: --out must name a directory");
+  ST_CHECK_CONFIG(!o.out.empty(), "data prepare: --out must name a directory");
 
   std::error_code ec;
   const fs::path final_dir = fs::absolute(o.out, ec).lexically_normal();
   const bool had = fs::exists(final_dir, ec);
   if (had) {
-    ST_CHECK(fs::is_directory(final_dir, ec), "data prepare: '", o.out, "' exists and is not a directory");
-    ST_CHECK(fs::is_empty(final_dir, ec) || o.force, "data prepare: '", o.out,
+    ST_CHECK_CONFIG(fs::is_directory(final_dir, ec), "data prepare: '", o.out, "' exists and is not a directory");
+    ST_CHECK_CONFIG(fs::is_empty(final_dir, ec) || o.force, "data prepare: '", o.out,
              "' is not empty; choose another directory or pass --force to replace it");
   }
   const std::vector<std::string> files = collect_input_files(o.inputs, "data prepare: --input");
-  ST_CHECK(!files.empty(), "data prepare: no regular files found under --input ", o.inputs.front());
+  ST_CHECK_DATA(!files.empty(), "data prepare: no regular files found under --input ", o.inputs.front());
   if (had) {
     const fs::path out_canon = fs::canonical(final_dir, ec);
     for (const auto& f : files)
-      ST_CHECK(!inside(fs::canonical(f, ec), out_canon), "data prepare: input '", f, "' lies inside --out '", o.out,
+      ST_CHECK_CONFIG(!inside(fs::canonical(f, ec), out_canon), "data prepare: input '", f, "' lies inside --out '", o.out,
                "', which would be replaced");
   }
 
@@ -772,7 +808,7 @@ TokenIndex prepare_token_shards(const PrepareOptions& o, const std::function<voi
   SignalGuard guard;
   replace_directory(o.out, "data prepare", [&](const std::string& stage) {
     write_prepared(stage, files, o, index, progress, prog);
-    ST_CHECK(index.documents > 0, "data prepare: no documents in the inputs (", files.size(), " files)");
+    ST_CHECK_DATA(index.documents > 0, "data prepare: no documents in the inputs (", files.size(), " files)");
     write_text_atomic((fs::path(stage) / kTokenIndexName).string(), token_index_json(index));
   });
   return index;
@@ -850,26 +886,26 @@ class TokenShardSource final : public TokenSource {
 
 std::unique_ptr<TokenSource> make_token_shards_source(const std::vector<std::string>& paths, int vocab_size,
                                                       uint64_t seed, int seq_len) {
-  ST_CHECK(!paths.empty(),
-           "data.paths is empty: name at least one directory prepared by `shardtrain data prepare` for data.source "
-           "'tokens'");
-  ST_CHECK(vocab_size > 0, "token data needs a positive vocab size, got ", vocab_size);
+  ST_CHECK_CONFIG(!paths.empty(),
+                  "data.paths is empty: name at least one directory prepared by `shardtrain data prepare` for "
+                  "data.source 'tokens'");
+  ST_CHECK_CONFIG(vocab_size > 0, "token data needs a positive vocab size, got ", vocab_size);
   std::vector<TokenDataset> sets;
   uint64_t total = 0;
   for (const std::string& p : paths) {
     try {
       sets.push_back(TokenDataset::open(p, vocab_size, true));
     } catch (const Error& e) {
-      fail("data.paths: ", e.what());
+      fail_as(e.kind(), "data.paths: ", e.what());
     }
     const TokenIndex& a = sets.front().index;
     const TokenIndex& b = sets.back().index;
-    ST_CHECK(a.vocab_size == b.vocab_size && a.eos_id == b.eos_id, "data.paths: '", sets.front().dir,
+    ST_CHECK_DATA(a.vocab_size == b.vocab_size && a.eos_id == b.eos_id, "data.paths: '", sets.front().dir,
              "' and '", p, "' were prepared with different tokenizers (vocab ", a.vocab_size, ", eos ", a.eos_id,
              " against vocab ", b.vocab_size, ", eos ", b.eos_id, ")");
     total += sets.back().tokens();
   }
-  ST_CHECK(total > static_cast<uint64_t>(seq_len), "data.paths: the prepared data holds ", total,
+  ST_CHECK_DATA(total > static_cast<uint64_t>(seq_len), "data.paths: the prepared data holds ", total,
            " tokens, fewer than one sequence of ", seq_len + 1, " tokens");
   return std::make_unique<TokenShardSource>(std::move(sets), seed, seq_len);
 }

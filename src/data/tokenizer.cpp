@@ -431,13 +431,17 @@ bool bytelevel_to_bytes(const std::string& tok, const std::unordered_map<uint32_
   return true;
 }
 
+// Ids index dense tables of max id + 1 entries (bytes, flags), so one stray huge id
+// would cost gigabytes: ids stay below 2^24, 100 times Qwen2.5's 151665.
+constexpr int64_t kTokenIdLimit = int64_t(1) << 24;
+
 void add_added_token(TokenizerData& d, const json& t, const std::string& where) {
   ST_CHECK(t.is_object() && t.contains("content") && t["content"].is_string(), where,
            ": an added token without a \"content\" string");
   const std::string content = t["content"].get<std::string>();
   ST_CHECK(t.contains("id") && t["id"].is_number_integer(), where, ": added token \"", content, "\" has no integer id");
   const int64_t id = t["id"].get<int64_t>();
-  ST_CHECK(id >= 0 && id < (int64_t(1) << 30), where, ": added token \"", content, "\" has id ", id, " out of range");
+  ST_CHECK(id >= 0 && id < kTokenIdLimit, where, ": added token \"", content, "\" has id ", id, " out of range");
   ST_CHECK(!content.empty(), where, ": an added token (id ", id, ") has empty content");
   ST_CHECK(utf8_first_invalid(content) == content.size(), where, ": added token ", id, " is not valid UTF-8");
   for (const char* flag : {"lstrip", "rstrip", "single_word", "normalized"})
@@ -523,7 +527,7 @@ void build_vocab(TokenizerData& d, const json& vocab, const std::string& f) {
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     ST_CHECK(it.value().is_number_integer(), f, ": vocab entry \"", it.key(), "\" has no integer id");
     const int64_t id = it.value().get<int64_t>();
-    ST_CHECK(id >= 0 && id < (int64_t(1) << 30), f, ": vocab entry \"", it.key(), "\" has id ", id, " out of range");
+    ST_CHECK(id >= 0 && id < kTokenIdLimit, f, ": vocab entry \"", it.key(), "\" has id ", id, " out of range");
     d.vocab.emplace(it.key(), static_cast<int32_t>(id));
     max_id = std::max<int32_t>(max_id, static_cast<int32_t>(id));
   }
@@ -877,20 +881,23 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::string& dir) {
-  const fs::path p(dir);
-  ST_CHECK(fs::is_directory(p), dir, ": not a tokenizer directory (it does not exist or is not a directory)");
-  Tokenizer t;
-  t.d_->dir = dir;
-  if (fs::exists(p / "tokenizer.json")) {
-    load_tokenizer_json(*t.d_, p / "tokenizer.json");
-  } else if (fs::exists(p / "vocab.json") || fs::exists(p / "merges.txt")) {
-    ST_CHECK(fs::exists(p / "vocab.json"), (p / "vocab.json").string(), ": missing (merges.txt is there)");
-    ST_CHECK(fs::exists(p / "merges.txt"), (p / "merges.txt").string(), ": missing (vocab.json is there)");
-    load_vocab_merges(*t.d_, p);
-  } else {
-    fail(dir, ": no tokenizer.json, nor vocab.json + merges.txt");
-  }
-  return t;
+  // A tokenizer directory that is missing or malformed is a data error (exit 3).
+  return classify_errors(ErrorKind::Data, [&] {
+    const fs::path p(dir);
+    ST_CHECK(fs::is_directory(p), dir, ": not a tokenizer directory (it does not exist or is not a directory)");
+    Tokenizer t;
+    t.d_->dir = dir;
+    if (fs::exists(p / "tokenizer.json")) {
+      load_tokenizer_json(*t.d_, p / "tokenizer.json");
+    } else if (fs::exists(p / "vocab.json") || fs::exists(p / "merges.txt")) {
+      ST_CHECK(fs::exists(p / "vocab.json"), (p / "vocab.json").string(), ": missing (merges.txt is there)");
+      ST_CHECK(fs::exists(p / "merges.txt"), (p / "merges.txt").string(), ": missing (vocab.json is there)");
+      load_vocab_merges(*t.d_, p);
+    } else {
+      fail(dir, ": no tokenizer.json, nor vocab.json + merges.txt");
+    }
+    return t;
+  });
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <sstream>
 
@@ -64,14 +66,17 @@ Line split_line(std::string_view raw) {
   return l;
 }
 
-// "key <int>" inside a message; -1 when absent.
+// "key <int>" inside a message; -1 when absent (or too large for an int).
 int int_after(std::string_view msg, std::string_view key) {
   const size_t pos = msg.find(key);
   if (pos == std::string_view::npos) return -1;
   size_t i = pos + key.size();
   int v = 0;
   bool any = false;
-  while (i < msg.size() && msg[i] >= '0' && msg[i] <= '9') v = v * 10 + (msg[i++] - '0'), any = true;
+  while (i < msg.size() && msg[i] >= '0' && msg[i] <= '9') {
+    if (v > (std::numeric_limits<int>::max() - 9) / 10) return -1;
+    v = v * 10 + (msg[i++] - '0'), any = true;
+  }
   return any ? v : -1;
 }
 
@@ -97,11 +102,11 @@ std::optional<ChannelPath> parse_channel_line(std::string_view raw) {
   std::cmatch m;
   if (!std::regex_match(msg.data(), msg.data() + msg.size(), m, re)) return std::nullopt;
   ChannelPath p;
-  p.channel = std::stoi(m[1].str());
-  p.from_rank = std::stoi(m[3].str());
-  p.from_dev = std::stoi(m[4].str());
-  p.to_rank = std::stoi(m[5].str());
-  p.to_dev = std::stoi(m[6].str());
+  // A number too large for an int makes the line no path (std::stoi would throw).
+  const std::pair<int, int*> numbers[] = {{1, &p.channel}, {3, &p.from_rank}, {4, &p.from_dev}, {5, &p.to_rank},
+                                          {6, &p.to_dev}};
+  for (const auto& [group, out] : numbers)
+    if (std::from_chars(m[group].first, m[group].second, *out).ec != std::errc()) return std::nullopt;
   p.direction = m[7].str();
   p.via = std::string(trim(m[8].str()));
   if (starts_with(p.via, "P2P/") || p.via == "P2P") {

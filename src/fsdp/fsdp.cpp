@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/nvtx.h"
 #include "model/init.h"
 
 namespace st {
@@ -130,6 +131,7 @@ void Fsdp::start_gather(int u) {
     s.full = compute_shard(s);
     return;
   }
+  ST_NVTX_RANGE("all-gather", layout_.unit(u).name);
   const size_t n = plan_.shard_numel(u);
   s.full = be_.alloc(opt_.compute_dtype, plan_.padded_numel(u));
   Tensor mine = s.full.slice(static_cast<size_t>(comm_.rank()) * n, n);
@@ -156,6 +158,7 @@ Tensor Fsdp::acquire(int u, Pass) {
   UnitState& s = units_.at(u);
   if (s.full.empty()) start_gather(u);
   if (s.gather_pending) {
+    ST_NVTX_RANGE("wait all-gather", layout_.unit(u).name);
     s.gather_pending = false;
     comm_.wait(s.gathering);
   }
@@ -187,6 +190,7 @@ Tensor Fsdp::grad(int u) {
 void Fsdp::grad_ready(int u) {
   UnitState& s = units_.at(u);
   if (in_place()) return;
+  ST_NVTX_RANGE("reduce-scatter", layout_.unit(u).name);
   ST_CHECK(!s.full_grad.empty(), "unit '", layout_.unit(u).name, "' has no gradient to reduce");
   const size_t n = plan_.shard_numel(u);
   // An older reduction of this unit (previous micro-batch) must have reached the shard
@@ -252,6 +256,7 @@ bool Fsdp::retire(Reduction& r) {
 }
 
 void Fsdp::sync_grads() {
+  ST_NVTX_RANGE("sync grads");
   for (Reduction& r : reductions_)
     while (!retire(r)) {
     }
@@ -270,6 +275,7 @@ void Fsdp::sync_grads() {
 }
 
 double Fsdp::grad_norm() {
+  ST_NVTX_RANGE("grad norm");
   sync_grads();
   std::vector<std::pair<Tensor, size_t>> parts;
   for (int u = 0; u < layout_.num_units(); ++u) parts.push_back({units_[u].grad, plan_.shard_numel(u)});
@@ -278,6 +284,7 @@ double Fsdp::grad_norm() {
 }
 
 void Fsdp::step(const AdamWParams& params) {
+  ST_NVTX_RANGE("optimizer step");
   sync_grads();
   for (auto& s : units_) {
     ST_CHECK(s.refs == 0, "optimizer step while a unit is still gathered");

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <xxhash.h>
 
@@ -25,6 +26,23 @@ int step_of(const std::string& name) {
   const std::string n = name.substr(5);
   if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) return -1;
   return std::atoi(n.c_str());
+}
+
+// j[key] as a T, when it is an integer T holds. nlohmann's get<T>() converts a float
+// (undefined behaviour when out of T's range) and wraps a large integer.
+template <class T>
+T integer_at(const nlohmann::json& j, const char* key, const std::string& where) {
+  const nlohmann::json& v = j.at(key);
+  const bool negative = v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0;
+  bool fits = v.is_number_integer();
+  if (fits && negative)
+    fits = std::numeric_limits<T>::is_signed && v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min());
+  else if (fits)
+    fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  if (!fits)
+    fail(where, ": '", key, "' must be an integer in [", +std::numeric_limits<T>::min(), ", ",
+         +std::numeric_limits<T>::max(), "], got ", v.dump());
+  return negative ? static_cast<T>(v.get<int64_t>()) : static_cast<T>(v.get<uint64_t>());
 }
 
 }  // namespace
@@ -52,20 +70,26 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
   try {
     if (j.value("format", "") != "shardtrain-checkpoint")
       fail(where, ": not a shardtrain checkpoint manifest (format '", j.value("format", ""), "')");
-    if (j.value("version", 0) != 1) fail(where, ": manifest version ", j.value("version", 0), " (this build reads 1)");
+    const nlohmann::json version = j.value("version", nlohmann::json(0));
+    if (version != 1) fail(where, ": manifest version ", version.dump(), " (this build reads 1)");
     CheckpointManifest m;
-    m.step = j.at("step").get<int>();
-    m.shard_world = j.at("shard_world").get<int>();
-    m.replicas = j.at("replicas").get<int>();
+    m.step = integer_at<int>(j, "step", where);
+    m.shard_world = integer_at<int>(j, "shard_world", where);
+    m.replicas = integer_at<int>(j, "replicas", where);
     for (const auto& u : j.at("units"))
-      m.units.push_back({u.at("name").get<std::string>(), u.at("numel").get<uint64_t>(),
-                         u.at("padded_numel").get<uint64_t>(), u.at("shard_numel").get<uint64_t>()});
+      m.units.push_back({u.at("name").get<std::string>(), integer_at<uint64_t>(u, "numel", where),
+                         integer_at<uint64_t>(u, "padded_numel", where), integer_at<uint64_t>(u, "shard_numel", where)});
     m.model = j.at("model");
-    m.seed = j.at("seed").get<uint64_t>();
-    m.tokens_seen = j.at("tokens_seen").get<uint64_t>();
-    for (const auto& f : j.at("files"))
-      m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(),
+    m.seed = integer_at<uint64_t>(j, "seed", where);
+    m.tokens_seen = integer_at<uint64_t>(j, "tokens_seen", where);
+    for (const auto& f : j.at("files")) {
+      m.files.push_back({f.at("name").get<std::string>(), integer_at<uint64_t>(f, "bytes", where),
                          f.at("xxh3_128").get<std::string>()});
+      // read_checkpoint checks these files: only names inside the checkpoint directory.
+      const std::string& name = m.files.back().name;
+      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+        fail(where, ": file name '", name, "' is not a plain name inside the checkpoint directory");
+    }
     m.run_config = j.value("run_config", "");
     if (m.step < 0 || m.shard_world < 1 || m.replicas < 1) fail(where, ": step, shard_world or replicas out of range");
     return m;
@@ -136,7 +160,7 @@ std::optional<std::string> find_latest_checkpoint(const std::string& dir) {
   return checkpoint_step_dir(dir, best);
 }
 
-CheckpointManifest read_checkpoint(const std::string& step_dir, bool verify_hashes) {
+static CheckpointManifest read_checkpoint_unclassified(const std::string& step_dir, bool verify_hashes) {
   const std::string mpath = (fs::path(step_dir) / "manifest.json").string();
   std::ifstream in(mpath);
   if (!in) fail(step_dir, ": no manifest.json (an incomplete or foreign checkpoint)");
@@ -159,6 +183,11 @@ CheckpointManifest read_checkpoint(const std::string& step_dir, bool verify_hash
     }
   }
   return m;
+}
+
+CheckpointManifest read_checkpoint(const std::string& step_dir, bool verify_hashes) {
+  // A checkpoint that is incomplete, damaged or malformed is a data error (exit 3).
+  return classify_errors(ErrorKind::Data, [&] { return read_checkpoint_unclassified(step_dir, verify_hashes); });
 }
 
 void prune_checkpoints(const std::string& dir, int keep) {

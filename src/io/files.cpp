@@ -22,6 +22,22 @@ void fsync_path(const std::string& path, bool dir) {
   if (rc != 0) fail(path, ": fsync failed: ", std::strerror(err));
 }
 
+void check_output_file(const std::string& path, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  ST_CHECK_CONFIG(!path.empty(), what, ": no file name given");
+  const auto st = fs::status(path, ec);
+  if (fs::exists(st)) {
+    ST_CHECK_CONFIG(!fs::is_directory(st), what, " '", path, "' is a directory; give a file name");
+    ST_CHECK_CONFIG(fs::is_regular_file(st), what, " '", path, "' exists and is not a regular file");
+  }
+  const fs::path parent = fs::absolute(path, ec).parent_path();
+  ST_CHECK_CONFIG(fs::is_directory(parent, ec), what, " '", path, "': the directory '", parent.string(),
+                  "' does not exist");
+  ST_CHECK_CONFIG(::access(parent.c_str(), W_OK | X_OK) == 0, what, " '", path, "': the directory '",
+                  parent.string(), "' is not writable (", std::strerror(errno), ")");
+}
+
 void replace_directory(const std::string& dir, const std::string& what,
                        const std::function<void(const std::string& stage)>& write) {
   namespace fs = std::filesystem;

@@ -7,6 +7,10 @@
 namespace st {
 
 void write_text_atomic(const std::string& path, const std::string& text);
+// Refuses (a usage error naming `what` and the path) a file path that cannot be
+// written: an existing directory or non-regular file, or a directory that does not
+// exist or cannot take a new file. For outputs, before the work that produces them.
+void check_output_file(const std::string& path, const std::string& what);
 // fsync of a file or directory; st::Error naming it on failure.
 void fsync_path(const std::string& path, bool directory);
 

@@ -1,5 +1,6 @@
 #include "io/hf_checkpoint.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -36,7 +37,7 @@ bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DTyp
 
 }  // namespace
 
-std::vector<std::vector<float>> load_hf_weights(const std::string& dir, const ParamLayout& layout) {
+static std::vector<std::vector<float>> load_hf_weights_unclassified(const std::string& dir, const ParamLayout& layout) {
   const SafetensorsSet set = SafetensorsSet::open(dir);
   std::vector<std::string> missing, unexpected, bad_shape, bad_dtype;
   std::set<std::string> known;
@@ -80,11 +81,21 @@ std::vector<std::vector<float>> load_hf_weights(const std::string& dir, const Pa
     std::vector<float> v(u.numel);
     for (const ParamSpec& p : u.params) {
       const std::vector<float> t = set.read_f32(p.name);
+      // A NaN or infinity would only show up later as a NaN loss.
+      for (size_t i = 0; i < t.size(); ++i)
+        if (!std::isfinite(t[i]))
+          fail_data(set.source(), ": tensor '", p.name, "' holds ", t[i], " at element ", i,
+                    "; every weight must be a finite number");
       std::copy(t.begin(), t.end(), v.begin() + static_cast<std::ptrdiff_t>(p.offset));
     }
     units.push_back(std::move(v));
   }
   return units;
+}
+
+std::vector<std::vector<float>> load_hf_weights(const std::string& dir, const ParamLayout& layout) {
+  // A checkpoint that cannot be read or does not match the model is a data error (exit 3).
+  return classify_errors(ErrorKind::Data, [&] { return load_hf_weights_unclassified(dir, layout); });
 }
 
 const std::vector<std::string>& export_dtypes() {
@@ -104,18 +115,40 @@ void check_export_dir(const std::string& dir, bool overwrite) {
     // It will be made next to it: the nearest existing ancestor must take a new entry.
     fs::path p = fs::absolute(dir, ec).parent_path();
     while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
-    ST_CHECK(fs::is_directory(p, ec), "export: cannot create '", dir, "': '", p.string(), "' is not a directory");
-    ST_CHECK(::access(p.c_str(), W_OK | X_OK) == 0, "export: cannot create '", dir, "': '", p.string(),
+    ST_CHECK_CONFIG(fs::is_directory(p, ec), "export: cannot create '", dir, "': '", p.string(), "' is not a directory");
+    ST_CHECK_CONFIG(::access(p.c_str(), W_OK | X_OK) == 0, "export: cannot create '", dir, "': '", p.string(),
              "' is not writable");
     return;
   }
-  ST_CHECK(fs::is_directory(dir, ec), "export: '", dir, "' exists and is not a directory");
+  ST_CHECK_CONFIG(fs::is_directory(dir, ec), "export: '", dir, "' exists and is not a directory");
   if (fs::is_empty(dir, ec)) return;
-  ST_CHECK(overwrite, "export: '", dir, "' is not empty; choose another directory or pass --force to replace the model in it");
+  ST_CHECK_CONFIG(overwrite, "export: '", dir, "' is not empty; choose another directory or pass --force to replace the model in it");
 }
+
+namespace {
+
+// The config.json an export starts from: its keys are kept (token ids, generation
+// settings, ...). A file that is not a JSON object is a data error naming it.
+nlohmann::json source_config(const std::string& path) {
+  std::error_code ec;
+  const std::string file = fs::is_directory(path, ec) ? (fs::path(path) / "config.json").string() : path;
+  std::ifstream in(file);
+  ST_CHECK_DATA(in, file, ": cannot open the config.json whose keys the export keeps");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail_data(file, ": invalid JSON: ", e.what());
+  }
+  ST_CHECK_DATA(j.is_object(), file, ": expected a JSON object at the top level");
+  return j;
+}
+
+}  // namespace
 
 void export_hf_model(const std::string& dir, const ParamLayout& layout,
                      const std::vector<std::vector<float>>& units, const ExportOptions& options) {
+  if (!options.config_from.empty()) source_config(options.config_from);  // refused before anything is written
   ST_CHECK(options.dtype == DType::BF16 || options.dtype == DType::F32, "export: dtype must be bf16 or f32, got ",
            dtype_name(options.dtype));
   ST_CHECK(units.size() == static_cast<size_t>(layout.num_units()), "export: expected ", layout.num_units(),
@@ -153,8 +186,16 @@ void write_model_files(const std::string& dir, const ParamLayout& layout,
   }
   write_safetensors_sharded(dir, tensors, options.max_shard_bytes, {{"format", "pt"}});
 
-  nlohmann::json cfg = hf_config_json(layout.config());
-  cfg["torch_dtype"] = options.dtype == DType::BF16 ? "bfloat16" : "float32";
+  nlohmann::json cfg = options.config_from.empty() ? nlohmann::json::object() : source_config(options.config_from);
+  const ModelConfig& mc = layout.config();
+  const nlohmann::json ours = hf_config_json(mc);
+  for (const auto& [key, value] : ours.items()) cfg[key] = value;
+  const char* dtype = options.dtype == DType::BF16 ? "bfloat16" : "float32";
+  cfg["torch_dtype"] = dtype;
+  // Kept keys that restate what may have changed follow the model written.
+  if (cfg.contains("dtype")) cfg["dtype"] = dtype;  // transformers 5's name for torch_dtype
+  if (cfg.contains("head_dim")) cfg["head_dim"] = mc.head_dim();
+  if (cfg.contains("layer_types")) cfg["layer_types"] = std::vector<std::string>(mc.num_layers, "full_attention");
   const std::string path = dir + "/config.json", tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);

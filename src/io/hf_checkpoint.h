@@ -20,6 +20,9 @@ struct ExportOptions {
   DType dtype = DType::BF16;                      // BF16 or F32
   uint64_t max_shard_bytes = 5ull << 30;          // larger models are split, with an index
   bool overwrite = false;                         // replace a model already in `dir`
+  // A Hugging Face config.json (or the directory holding it) the model came from: its
+  // keys are kept, those the export writes replaced ("" = none).
+  std::string config_from;
 };
 
 // Throws unless `dir` can take an export: absent, empty, or (with overwrite) holding

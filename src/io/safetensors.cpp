@@ -377,6 +377,11 @@ std::vector<float> to_f32(const void* src, DType dtype, uint64_t numel, const st
 // ---- SafetensorsFile --------------------------------------------------------------
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  // A file that cannot be read or is malformed is a data error (exit 3).
+  return classify_errors(ErrorKind::Data, [&] { return open_unclassified(path); });
+}
+
+SafetensorsFile SafetensorsFile::open_unclassified(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -470,6 +475,10 @@ std::map<std::string, std::string> parse_safetensors_index(const std::string& te
 }
 
 SafetensorsSet SafetensorsSet::open(const std::string& path) {
+  return classify_errors(ErrorKind::Data, [&] { return open_unclassified(path); });
+}
+
+SafetensorsSet SafetensorsSet::open_unclassified(const std::string& path) {
   SafetensorsSet s;
   s.source_ = path;
   std::error_code ec;
@@ -513,7 +522,7 @@ SafetensorsSet SafetensorsSet::open(const std::string& path) {
       s.files_.push_back(std::make_unique<SafetensorsFile>(
           SafetensorsFile::open((index.parent_path() / file).string())));
     } catch (const Error& e) {
-      fail(who, ": shard file '", file, "' (named for tensor '", tensor, "'): ", e.what());
+      fail_as(e.kind(), who, ": shard file '", file, "' (named for tensor '", tensor, "'): ", e.what());
     }
     file_index.emplace(file, s.files_.size() - 1);
   }

@@ -74,6 +74,7 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
+  static SafetensorsFile open_unclassified(const std::string& path);  // open(), errors as thrown
   void unmap();
 
   std::string path_;
@@ -105,6 +106,7 @@ class SafetensorsSet {
   std::vector<float> read_f32(const std::string& name) const;
 
  private:
+  static SafetensorsSet open_unclassified(const std::string& path);  // open(), errors as thrown
   struct Where {
     size_t file;
     const TensorInfo* info;

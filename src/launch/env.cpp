@@ -80,14 +80,14 @@ std::optional<int> opt_int(const Env& env, const std::string& name) {
   const std::string* v = lookup(env, name);
   if (!v) return std::nullopt;
   auto n = parse_long(*v);
-  if (!n) fail("launch environment: ", name, "=", *v, " is not a whole number");
-  if (*n < -(1L << 30) || *n > (1L << 30)) fail("launch environment: ", name, "=", *v, " is out of range");
+  if (!n) fail_dist("launch environment: ", name, "=", *v, " is not a whole number");
+  if (*n < -(1L << 30) || *n > (1L << 30)) fail_dist("launch environment: ", name, "=", *v, " is out of range");
   return static_cast<int>(*n);
 }
 
 int req_int(const Env& env, const std::string& name, const std::string& why) {
   auto v = opt_int(env, name);
-  if (!v) fail("launch environment: ", why);
+  if (!v) fail_dist("launch environment: ", why);
   return *v;
 }
 
@@ -127,7 +127,7 @@ std::optional<Reading> read_torchrun(const Env& env) {
   Reading r;
   if (has(env, "RANK") || has(env, "WORLD_SIZE")) {
     if (!has(env, "RANK") || !has(env, "WORLD_SIZE"))
-      fail("launch environment: ", has(env, "RANK") ? "RANK" : "WORLD_SIZE", " is set but ",
+      fail_dist("launch environment: ", has(env, "RANK") ? "RANK" : "WORLD_SIZE", " is set but ",
            has(env, "RANK") ? "WORLD_SIZE" : "RANK", " is not; a torchrun-style launch sets both");
     r.e.source = "torchrun";
     r.e.rank = *opt_int(env, "RANK");
@@ -136,7 +136,7 @@ std::optional<Reading> read_torchrun(const Env& env) {
     r.world_var = "WORLD_SIZE=" + *lookup(env, "WORLD_SIZE");
     const auto pet_nproc = lookup(env, "PET_NPROC_PER_NODE") ? parse_long(*lookup(env, "PET_NPROC_PER_NODE")) : std::nullopt;
     if (!has(env, "LOCAL_RANK") && pet_nproc && *pet_nproc > 1)
-      fail("launch environment: RANK=", *lookup(env, "RANK"), " with PET_NPROC_PER_NODE=", *pet_nproc,
+      fail_dist("launch environment: RANK=", *lookup(env, "RANK"), " with PET_NPROC_PER_NODE=", *pet_nproc,
            " and no LOCAL_RANK: this is a PyTorchJob pod's own environment (RANK is the pod index); start ",
            *pet_nproc, " ranks per pod with `shardtrain launch --nproc-per-node ", *pet_nproc, "` or torchrun");
     r.e.local_rank = opt_int(env, "LOCAL_RANK").value_or(0);
@@ -145,7 +145,7 @@ std::optional<Reading> read_torchrun(const Env& env) {
     } else if (pet_nproc) {
       r.e.local_world = static_cast<int>(*pet_nproc);
     } else if (has(env, "LOCAL_RANK")) {
-      fail("launch environment: LOCAL_RANK=", *lookup(env, "LOCAL_RANK"),
+      fail_dist("launch environment: LOCAL_RANK=", *lookup(env, "LOCAL_RANK"),
            " is set but LOCAL_WORLD_SIZE is not: set it to the number of ranks on this node");
     }
     r.local_rank_var = shown(env, "LOCAL_RANK", r.e.local_rank, "default");
@@ -165,15 +165,15 @@ std::optional<Reading> read_torchrun(const Env& env) {
     const char* why = "PyTorchJob variables without RANK/WORLD_SIZE need PET_NNODES, PET_NPROC_PER_NODE and "
                       "PET_NODE_RANK, all plain numbers";
     for (const char* n : {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK"})
-      if (!has(env, n)) fail("launch environment: ", why, " (", n, " is unset)");
+      if (!has(env, n)) fail_dist("launch environment: ", why, " (", n, " is unset)");
     for (const char* n : {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK"})
       if (!parse_long(*lookup(env, n)))
-        fail("launch environment: ", n, "=", *lookup(env, n), " is not a whole number (", why,
+        fail_dist("launch environment: ", n, "=", *lookup(env, n), " is not a whole number (", why,
              "; elastic ranges and 'auto' need torchrun)");
     const int nnodes = req_int(env, "PET_NNODES", why), nproc = req_int(env, "PET_NPROC_PER_NODE", why),
               node = req_int(env, "PET_NODE_RANK", why);
     if (nproc > 1 && !has(env, "LOCAL_RANK"))
-      fail("launch environment: PET_NPROC_PER_NODE=", nproc,
+      fail_dist("launch environment: PET_NPROC_PER_NODE=", nproc,
            " but no LOCAL_RANK: start the ranks of this node with `shardtrain launch` or torchrun");
     r.e.source = "Kubeflow PyTorchJob PET_*";
     r.e.local_rank = opt_int(env, "LOCAL_RANK").value_or(0);
@@ -257,7 +257,7 @@ std::optional<Reading> read_slurm(const Env& env) {
     if ((nnodes = opt_int(env, n))) break;
   if (const std::string* v = lookup(env, "SLURM_NTASKS_PER_NODE")) {
     const std::vector<int> counts = expand_slurm_counts(*v);
-    if (counts.empty()) fail("launch environment: SLURM_NTASKS_PER_NODE=", *v, " is not a task count like 4 or 4(x2)");
+    if (counts.empty()) fail_dist("launch environment: SLURM_NTASKS_PER_NODE=", *v, " is not a task count like 4 or 4(x2)");
     r.e.local_world = counts[0];
     r.local_world_var = "SLURM_NTASKS_PER_NODE=" + *v;
   } else if (const char* name = has(env, "SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
@@ -267,7 +267,7 @@ std::optional<Reading> read_slurm(const Env& env) {
     const std::vector<int> counts = expand_slurm_counts(v);
     const size_t at = static_cast<size_t>(node.value_or(0));
     if (counts.empty() || at >= counts.size())
-      fail("launch environment: ", name, "=", v, " has no task count for node ", at);
+      fail_dist("launch environment: ", name, "=", v, " has no task count for node ", at);
     r.e.local_world = counts[at];
     r.local_world_var = std::string(name) + "=" + v;
   } else {
@@ -284,7 +284,7 @@ std::optional<Reading> read_slurm(const Env& env) {
         try {
           r.e.master_addr = slurm_first_host(*v);
         } catch (const Error& e) {
-          fail("launch environment: ", n, ": ", e.what());
+          fail_dist("launch environment: ", n, ": ", e.what());
         }
         r.master_given = true;
         break;
@@ -302,7 +302,7 @@ std::optional<Reading> read_indexed_job(const Env& env) {
   r.e.num_nodes = k.nnodes;
   r.e.local_world = k.nproc_per_node;
   if (k.nproc_per_node > 1 && !has(env, "LOCAL_RANK"))
-    fail("launch environment: SHARDTRAIN_NPROC_PER_NODE=", k.nproc_per_node,
+    fail_dist("launch environment: SHARDTRAIN_NPROC_PER_NODE=", k.nproc_per_node,
          " but no LOCAL_RANK: start the ranks of this pod with `shardtrain launch --nproc-per-node ",
          k.nproc_per_node, " -- ...`");
   r.e.local_rank = opt_int(env, "LOCAL_RANK").value_or(0);
@@ -326,18 +326,18 @@ std::optional<Reading> read_indexed_job(const Env& env) {
 void validate(const Reading& r) {
   const DistEnv& e = r.e;
   const std::string from = " (read as " + e.source + " variables)";
-  ST_CHECK(e.world >= 1, "launch environment: ", r.world_var, " must be at least 1", from);
-  ST_CHECK(e.rank >= 0 && e.rank < e.world, "launch environment: ", r.rank_var, " is outside 0..", e.world - 1,
+  ST_CHECK_DIST(e.world >= 1, "launch environment: ", r.world_var, " must be at least 1", from);
+  ST_CHECK_DIST(e.rank >= 0 && e.rank < e.world, "launch environment: ", r.rank_var, " is outside 0..", e.world - 1,
            " for ", r.world_var, from);
-  ST_CHECK(e.local_world >= 1 && e.local_world <= e.world, "launch environment: ", r.local_world_var,
+  ST_CHECK_DIST(e.local_world >= 1 && e.local_world <= e.world, "launch environment: ", r.local_world_var,
            " must be between 1 and the world size ", e.world, from);
-  ST_CHECK(e.local_rank >= 0 && e.local_rank < e.local_world, "launch environment: ", r.local_rank_var,
+  ST_CHECK_DIST(e.local_rank >= 0 && e.local_rank < e.local_world, "launch environment: ", r.local_rank_var,
            " is outside 0..", e.local_world - 1, " for ", r.local_world_var, from);
-  ST_CHECK(e.num_nodes >= 1 && e.node_rank >= 0 && e.node_rank < e.num_nodes, "launch environment: ", r.node_var,
+  ST_CHECK_DIST(e.num_nodes >= 1 && e.node_rank >= 0 && e.node_rank < e.num_nodes, "launch environment: ", r.node_var,
            " is outside 0..", e.num_nodes - 1, " (", e.num_nodes, " nodes)", from);
-  ST_CHECK(e.master_port >= 1 && e.master_port <= 65535, "launch environment: ", r.port_var,
+  ST_CHECK_DIST(e.master_port >= 1 && e.master_port <= 65535, "launch environment: ", r.port_var,
            " is outside 1..65535", from);
-  ST_CHECK(r.master_given || e.num_nodes == 1 || e.world == 1, "launch environment: ", e.world, " ranks on ",
+  ST_CHECK_DIST(r.master_given || e.num_nodes == 1 || e.world == 1, "launch environment: ", e.world, " ranks on ",
            e.num_nodes, " nodes need MASTER_ADDR (the host of rank 0)", from);
 }
 
@@ -348,7 +348,7 @@ void check_agree(const Reading& hi, const Reading& lo) {
   const bool nested = hi.e.local_world > 1 && hi.e.world == lo.e.world * hi.e.local_world;
   if (same || nested) return;
   const bool rank_differs = hi.e.rank != lo.e.rank;
-  fail("launch environment: ", rank_differs ? hi.rank_var : hi.world_var, " but ",
+  fail_dist("launch environment: ", rank_differs ? hi.rank_var : hi.world_var, " but ",
        rank_differs ? lo.rank_var : lo.world_var, ": ", hi.e.source, " says rank ", hi.e.rank, " of ", hi.e.world,
        ", ", lo.e.source, " says rank ", lo.e.rank, " of ", lo.e.world,
        "; unset the stale variables or start the ranks with one launcher");
@@ -361,9 +361,13 @@ DistEnv detect_dist_env(const Env& env) {
   if (torchrun && mpi) check_agree(*torchrun, *mpi);
   std::optional<Reading> chosen = torchrun ? torchrun : mpi ? mpi : read_slurm(env);
   if (!chosen) chosen = read_indexed_job(env);
-  if (!chosen) return DistEnv{};
-  validate(*chosen);
-  return chosen->e;
+  DistEnv e;
+  if (chosen) {
+    validate(*chosen);
+    e = chosen->e;
+  }
+  if (const std::string* id = lookup(env, "SHARDTRAIN_JOB_ID")) e.job_id = *id;
+  return e;
 }
 
 KubernetesPlace kubernetes_place(const Env& env) {
@@ -373,13 +377,13 @@ KubernetesPlace kubernetes_place(const Env& env) {
   k.node_rank = req_int(env, "JOB_COMPLETION_INDEX", "JOB_COMPLETION_INDEX is empty");
   k.nnodes = req_int(env, "SHARDTRAIN_NNODES", why);
   k.nproc_per_node = opt_int(env, "SHARDTRAIN_NPROC_PER_NODE").value_or(1);
-  ST_CHECK(k.nnodes >= 1, "launch environment: SHARDTRAIN_NNODES=", k.nnodes, " must be at least 1");
-  ST_CHECK(k.node_rank >= 0 && k.node_rank < k.nnodes, "launch environment: JOB_COMPLETION_INDEX=", k.node_rank,
+  ST_CHECK_DIST(k.nnodes >= 1, "launch environment: SHARDTRAIN_NNODES=", k.nnodes, " must be at least 1");
+  ST_CHECK_DIST(k.node_rank >= 0 && k.node_rank < k.nnodes, "launch environment: JOB_COMPLETION_INDEX=", k.node_rank,
            " is outside 0..", k.nnodes - 1, " for SHARDTRAIN_NNODES=", k.nnodes);
-  ST_CHECK(k.nproc_per_node >= 1, "launch environment: SHARDTRAIN_NPROC_PER_NODE=", k.nproc_per_node,
+  ST_CHECK_DIST(k.nproc_per_node >= 1, "launch environment: SHARDTRAIN_NPROC_PER_NODE=", k.nproc_per_node,
            " must be at least 1");
   if (auto p = opt_int(env, "MASTER_PORT")) k.master_port = *p;
-  ST_CHECK(k.master_port >= 1 && k.master_port <= 65535, "launch environment: MASTER_PORT=", k.master_port,
+  ST_CHECK_DIST(k.master_port >= 1 && k.master_port <= 65535, "launch environment: MASTER_PORT=", k.master_port,
            " is outside 1..65535");
   if (const std::string* m = lookup(env, "MASTER_ADDR")) {
     k.master_addr = *m;
@@ -388,7 +392,7 @@ KubernetesPlace kubernetes_place(const Env& env) {
   if (k.nnodes == 1) return k;  // pod 0 is this pod: loopback
   const std::string* service = lookup(env, "SHARDTRAIN_SERVICE");
   if (!service)
-    fail("launch environment: Kubernetes Indexed Job pod ", k.node_rank, " of ", k.nnodes,
+    fail_dist("launch environment: Kubernetes Indexed Job pod ", k.node_rank, " of ", k.nnodes,
          " needs MASTER_ADDR or SHARDTRAIN_SERVICE (the Job's headless Service, whose DNS names the pods)");
   std::string job;
   if (const std::string* j = lookup(env, "SHARDTRAIN_JOB_NAME")) {
@@ -397,7 +401,7 @@ KubernetesPlace kubernetes_place(const Env& env) {
     const std::string* host = lookup(env, "HOSTNAME");
     const std::string suffix = "-" + std::to_string(k.node_rank);
     if (!host || host->size() <= suffix.size() || host->compare(host->size() - suffix.size(), suffix.size(), suffix) != 0)
-      fail("launch environment: HOSTNAME=", host ? *host : std::string("(unset)"), " is not \"<job>", suffix,
+      fail_dist("launch environment: HOSTNAME=", host ? *host : std::string("(unset)"), " is not \"<job>", suffix,
            "\" as Kubernetes names Indexed Job pods; set SHARDTRAIN_JOB_NAME or MASTER_ADDR");
     job = host->substr(0, host->size() - suffix.size());
   }
@@ -414,20 +418,20 @@ std::string slurm_first_host(const std::string& hostlist) {
   while (i < hostlist.size() && hostlist[i] != ',') {
     if (hostlist[i] == '[') {
       const size_t close = hostlist.find(']', i);
-      if (close == std::string::npos) fail("hostlist '", hostlist, "' has an unclosed '['");
+      if (close == std::string::npos) fail_dist("hostlist '", hostlist, "' has an unclosed '['");
       const std::string inside = hostlist.substr(i + 1, close - i - 1);
       const std::string first = inside.substr(0, inside.find_first_of(",-"));
       if (first.empty() || first.find_first_not_of("0123456789") != std::string::npos)
-        fail("hostlist '", hostlist, "' has a malformed range [", inside, "]");
+        fail_dist("hostlist '", hostlist, "' has a malformed range [", inside, "]");
       host += first;
       i = close + 1;
     } else if (hostlist[i] == ']') {
-      fail("hostlist '", hostlist, "' has a ']' without '['");
+      fail_dist("hostlist '", hostlist, "' has a ']' without '['");
     } else {
       host += hostlist[i++];
     }
   }
-  if (host.empty()) fail("hostlist '", hostlist, "' names no host");
+  if (host.empty()) fail_dist("hostlist '", hostlist, "' names no host");
   return host;
 }
 

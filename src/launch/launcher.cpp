@@ -13,6 +13,10 @@
 // every wake-up the ranks are reaped with waitpid(WNOHANG). Deadlines (SIGTERM ->
 // SIGKILL) become poll timeouts, so nothing spins. Output is relayed whole lines at a
 // time from this single thread, so lines of different ranks never mix mid-line.
+//
+// States. When a rank ends the launcher prints "launch: rank R (pid P): exited 0" (or
+// "failed with exit code N", "killed by signal S (NAME)"); when the launch fails it
+// ends with every rank's state, the first failure named.
 #include "launch/launcher.h"
 
 #include <fcntl.h>
@@ -132,6 +136,7 @@ struct Rank {
   pid_t pid = -1;
   bool running = false;
   int status = 0;  // from waitpid once reaped
+  int sent = 0;    // the last signal the launcher sent it before it ended (0: none)
   Stream out, err;
 };
 
@@ -143,6 +148,23 @@ std::string describe_status(int status) {
            (WCOREDUMP(status) ? ", core dumped" : "");
   }
   return "ended with wait status " + std::to_string(status);
+}
+
+// A rank's state as its line says it: "exited 0", "failed with exit code 3", "killed
+// by signal 9 (SIGKILL)" (or "still running": left behind after SIGKILL), and the
+// signal the launcher had sent it, if any.
+std::string rank_state(const Rank& r) {
+  if (r.running) return "still running";
+  std::string s;
+  if (WIFEXITED(r.status))
+    s = WEXITSTATUS(r.status) == 0 ? "exited 0" : "failed with exit code " + std::to_string(WEXITSTATUS(r.status));
+  else if (WIFSIGNALED(r.status))
+    s = "killed by signal " + std::to_string(WTERMSIG(r.status)) + " (" + signal_name(WTERMSIG(r.status)) + ")" +
+        (WCOREDUMP(r.status) ? ", core dumped" : "");
+  else
+    s = "ended with wait status " + std::to_string(r.status);
+  if (r.sent) s += ", after the launcher sent " + signal_name(r.sent);
+  return s;
 }
 
 bool succeeded(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
@@ -220,7 +242,13 @@ class Launcher {
       drain(r, r.out, true);
       drain(r, r.err, true);
     }
-    if (first_failure_status_) return exit_code_of(*first_failure_status_);
+    if (first_failure_status_) {
+      // Every rank's end in one place: the first failure, and what became of the others.
+      std::string lines = "launch: every rank at the end (the first failure: " + failure_ + "):\n";
+      for (const Rank& r : ranks_) lines += "launch:   " + rank_line(r) + "\n";
+      std::fputs(lines.c_str(), stderr);
+      return exit_code_of(*first_failure_status_);
+    }
     if (interrupted_by_) return 128 + *interrupted_by_;
     return 0;
   }
@@ -378,6 +406,7 @@ class Launcher {
       // Its last words (an error message, usually) come before our verdict on it.
       drain(r, r.out, false);
       drain(r, r.err, false);
+      std::fprintf(stderr, "launch: %s\n", rank_line(r).c_str());
       if (!succeeded(status) && !stopping_) {
         first_failure_status_ = status;
         failure_ = "rank " + std::to_string(r.rank) + " " + describe_status(status);
@@ -391,7 +420,10 @@ class Launcher {
   // already reaped are left alone: their group id may be reused once they are gone.
   void signal_running(int sig) {
     for (Rank& r : ranks_)
-      if (r.running && kill(-r.pid, sig) != 0) kill(r.pid, sig);
+      if (r.running) {
+        r.sent = sig;
+        if (kill(-r.pid, sig) != 0) kill(r.pid, sig);
+      }
   }
 
   void kill_and_reap_all() {
@@ -451,6 +483,10 @@ class Launcher {
   }
 
   static std::string prefix(const Rank& r) { return "[rank " + std::to_string(r.rank) + "] "; }
+  // "rank 2 (pid 4242): failed with exit code 3"
+  static std::string rank_line(const Rank& r) {
+    return "rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + "): " + rank_state(r);
+  }
 
   bool any_running() const {
     for (const Rank& r : ranks_)
@@ -486,18 +522,18 @@ class Launcher {
 }  // namespace
 
 void validate_launch_options(const LaunchOptions& opt) {
-  ST_CHECK(opt.nproc_per_node >= 1, "launch: --nproc-per-node must be at least 1 (got ", opt.nproc_per_node, ")");
-  ST_CHECK(opt.nnodes >= 1, "launch: --nnodes must be at least 1 (got ", opt.nnodes, ")");
-  ST_CHECK(opt.node_rank >= 0 && opt.node_rank < opt.nnodes, "launch: --node-rank ", opt.node_rank,
+  ST_CHECK_CONFIG(opt.nproc_per_node >= 1, "launch: --nproc-per-node must be at least 1 (got ", opt.nproc_per_node, ")");
+  ST_CHECK_CONFIG(opt.nnodes >= 1, "launch: --nnodes must be at least 1 (got ", opt.nnodes, ")");
+  ST_CHECK_CONFIG(opt.node_rank >= 0 && opt.node_rank < opt.nnodes, "launch: --node-rank ", opt.node_rank,
            " is out of range for --nnodes ", opt.nnodes, " (node ranks are 0..", opt.nnodes - 1, ")");
-  ST_CHECK(static_cast<long long>(opt.nnodes) * opt.nproc_per_node <= INT_MAX,
+  ST_CHECK_CONFIG(static_cast<long long>(opt.nnodes) * opt.nproc_per_node <= INT_MAX,
            "launch: --nnodes x --nproc-per-node is too large");
-  ST_CHECK(opt.master_port >= 1 && opt.master_port <= 65535, "launch: --master-port must be in 1..65535 (got ",
+  ST_CHECK_CONFIG(opt.master_port >= 1 && opt.master_port <= 65535, "launch: --master-port must be in 1..65535 (got ",
            opt.master_port, ")");
-  ST_CHECK(!opt.master_addr.empty(), "launch: --master-addr must not be empty");
-  ST_CHECK(std::isfinite(opt.grace_s) && opt.grace_s >= 0, "launch: --grace-period must be >= 0 seconds (got ",
-           opt.grace_s, ")");
-  ST_CHECK(!opt.args.empty() || !opt.program.empty(),
+  ST_CHECK_CONFIG(!opt.master_addr.empty(), "launch: --master-addr must not be empty");
+  ST_CHECK_CONFIG(std::isfinite(opt.grace_s) && opt.grace_s >= 0 && opt.grace_s <= 3600,
+                  "launch: --grace-period must be a number of seconds in [0, 3600] (got ", opt.grace_s, ")");
+  ST_CHECK_CONFIG(!opt.args.empty() || !opt.program.empty(),
            "launch: nothing to run: put each rank's shardtrain command after `--`, e.g.\n"
            "  shardtrain launch --nproc-per-node 4 -- train --config configs/tiny.toml");
 }
@@ -519,6 +555,7 @@ std::map<std::string, std::string> rank_environment(const LaunchOptions& opt, in
   env["GROUP_WORLD_SIZE"] = std::to_string(opt.nnodes);
   env["MASTER_ADDR"] = opt.master_addr;
   env["MASTER_PORT"] = std::to_string(opt.master_port);
+  if (!opt.job_id.empty()) env["SHARDTRAIN_JOB_ID"] = opt.job_id;  // the rendezvous refuses other jobs' ranks
   // The launcher prefixes every line with the rank already; the rank need not.
   env["SHARDTRAIN_RANK_PREFIXED"] = "1";
   return env;

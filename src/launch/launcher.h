@@ -20,6 +20,7 @@ struct LaunchOptions {
   std::vector<std::string> args;  // argv[1..] of every rank
   double grace_s = 10.0;          // SIGTERM -> SIGKILL delay when stopping ranks
   int max_restarts = 0;           // after a rank fails: stop all, start all again, this many times
+  std::string job_id;             // SHARDTRAIN_JOB_ID of every rank ("" = the environment's, if any)
 };
 
 // Throws st::Error naming the offending option.
@@ -28,7 +29,8 @@ void validate_launch_options(const LaunchOptions& opt);
 // The environment of local rank `local_rank`: `base` without the rank variables of
 // other launchers (Open MPI, PMI/PMIx, Slurm task placement, PyTorchJob PET_*), so a
 // rank never sees two disagreeing placements, plus RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+// LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and
+// SHARDTRAIN_JOB_ID when opt.job_id is set.
 std::map<std::string, std::string> rank_environment(const LaunchOptions& opt, int local_rank,
                                                     std::map<std::string, std::string> base);
 

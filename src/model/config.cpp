@@ -77,33 +77,33 @@ struct JsonReader {
     const nlohmann::json* v = find(key);
     if (!v) {
       if (fallback) return *fallback;
-      fail(file, ": missing required key '", key, "'");
+      fail_data(file, ": missing required key '", key, "'");
     }
     if (!v->is_number_integer())
-      fail(file, ": key '", key, "' must be an integer, got ", json_type_name(*v));
+      fail_data(file, ": key '", key, "' must be an integer, got ", json_type_name(*v));
     long long x = v->get<long long>();
-    if (x < INT_MIN || x > INT_MAX) fail(file, ": key '", key, "' (", x, ") does not fit in 32 bits");
+    if (x < INT_MIN || x > INT_MAX) fail_data(file, ": key '", key, "' (", x, ") does not fit in 32 bits");
     return static_cast<int>(x);
   }
   double get_double(const char* key, double fallback) const {
     const nlohmann::json* v = find(key);
     if (!v) return fallback;
-    if (!v->is_number()) fail(file, ": key '", key, "' must be a number, got ", json_type_name(*v));
+    if (!v->is_number()) fail_data(file, ": key '", key, "' must be a number, got ", json_type_name(*v));
     return v->get<double>();
   }
   bool get_bool(const char* key, bool fallback) const {
     const nlohmann::json* v = find(key);
     if (!v) return fallback;
-    if (!v->is_boolean()) fail(file, ": key '", key, "' must be a boolean, got ", json_type_name(*v));
+    if (!v->is_boolean()) fail_data(file, ": key '", key, "' must be a boolean, got ", json_type_name(*v));
     return v->get<bool>();
   }
   // Keys that must hold one particular string when present.
   void expect_string(const char* key, const char* wanted, const char* why) const {
     const nlohmann::json* v = find(key);
     if (!v) return;
-    if (!v->is_string()) fail(file, ": key '", key, "' must be a string, got ", json_type_name(*v));
+    if (!v->is_string()) fail_data(file, ": key '", key, "' must be a string, got ", json_type_name(*v));
     if (v->get<std::string>() != wanted)
-      fail(file, ": ", key, " is '", v->get<std::string>(), "', expected '", wanted, "' (", why, ")");
+      fail_data(file, ": ", key, " is '", v->get<std::string>(), "', expected '", wanted, "' (", why, ")");
   }
 };
 
@@ -131,7 +131,7 @@ ModelConfig model_preset(const std::string& name) {
     if (c.source == name) return c;
   std::string known;
   for (const std::string& n : model_preset_names()) known += (known.empty() ? "" : ", ") + n;
-  fail("unknown model preset '", name, "' (known presets: ", known, ")");
+  fail_config("unknown model preset '", name, "' (known presets: ", known, ")");
 }
 
 ModelConfig load_hf_config(const std::string& path) {
@@ -140,27 +140,27 @@ ModelConfig load_hf_config(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
   std::ifstream in(file);
-  if (!in) fail(file, ": cannot open model config (expected a config.json or a directory holding one)");
+  if (!in) fail_data(file, ": cannot open model config (expected a config.json or a directory holding one)");
 
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    fail(file, ": invalid JSON: ", e.what());
+    fail_data(file, ": invalid JSON: ", e.what());
   }
-  if (!j.is_object()) fail(file, ": expected a JSON object at the top level, got ", json_type_name(j));
+  if (!j.is_object()) fail_data(file, ": expected a JSON object at the top level, got ", json_type_name(j));
 
   const JsonReader r{j, file};
   r.expect_string("model_type", "qwen2", "only Qwen2 models are supported");
   r.expect_string("hidden_act", "silu", "the Qwen2 MLP is implemented with SiLU only");
   if (r.get_bool("use_sliding_window", false))
-    fail(file, ": use_sliding_window is true; sliding-window attention is not supported");
+    fail_data(file, ": use_sliding_window is true; sliding-window attention is not supported");
   // transformers 5 lists each layer's attention kind; only full attention is implemented.
   if (const nlohmann::json* lt = r.find("layer_types"); lt && !lt->is_null()) {
-    if (!lt->is_array()) fail(file, ": layer_types must be a list, got ", json_type_name(*lt));
+    if (!lt->is_array()) fail_data(file, ": layer_types must be a list, got ", json_type_name(*lt));
     for (size_t i = 0; i < lt->size(); ++i)
       if ((*lt)[i] != "full_attention")
-        fail(file, ": layer_types[", i, "] is ", (*lt)[i].dump(), "; only full_attention layers are supported");
+        fail_data(file, ": layer_types[", i, "] is ", (*lt)[i].dump(), "; only full_attention layers are supported");
   }
   // transformers 5 writes RoPE settings as rope_parameters {"rope_type": "default",
   // "rope_theta": ...}; older versions a top-level rope_theta and rope_scaling null.
@@ -169,17 +169,17 @@ ModelConfig load_hf_config(const std::string& path) {
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     const nlohmann::json* rp = r.find(key);
     if (!rp || rp->is_null()) continue;
-    if (!rp->is_object()) fail(file, ": ", key, " must be an object or null, got ", json_type_name(*rp));
+    if (!rp->is_object()) fail_data(file, ": ", key, " must be an object or null, got ", json_type_name(*rp));
     std::string type = "default";
     for (const char* tkey : {"rope_type", "type"})
       if (auto it = rp->find(tkey); it != rp->end()) {
-        if (!it->is_string()) fail(file, ": ", key, ".", tkey, " must be a string");
+        if (!it->is_string()) fail_data(file, ": ", key, ".", tkey, " must be a string");
         type = it->get<std::string>();
       }
     if (type != "default")
-      fail(file, ": ", key, " asks for RoPE type '", type, "' (", rp->dump(), "); only default RoPE is supported");
+      fail_data(file, ": ", key, " asks for RoPE type '", type, "' (", rp->dump(), "); only default RoPE is supported");
     if (auto it = rp->find("rope_theta"); it != rp->end()) {
-      if (!it->is_number()) fail(file, ": ", key, ".rope_theta must be a number");
+      if (!it->is_number()) fail_data(file, ": ", key, ".rope_theta must be a number");
       rope_theta = it->get<double>();
     }
   }
@@ -199,13 +199,17 @@ ModelConfig load_hf_config(const std::string& path) {
   c.rms_norm_eps = r.get_double("rms_norm_eps", 1e-6);
   c.rope_theta = rope_theta;
   c.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
-  validate_model_config(c);
+  try {
+    validate_model_config(c);
+  } catch (const Error& e) {
+    throw Error(e.what(), ErrorKind::Data);  // the file's dimensions, not the user's settings
+  }
 
   // Newer configs may spell head_dim out; we only implement head_dim = hidden / heads.
   if (const nlohmann::json* hd = r.find("head_dim"); hd && !hd->is_null()) {
     const int head_dim = r.get_int("head_dim");
     if (head_dim != c.head_dim())
-      fail(file, ": head_dim (", head_dim, ") differs from hidden_size / num_attention_heads (",
+      fail_data(file, ": head_dim (", head_dim, ") differs from hidden_size / num_attention_heads (",
            c.head_dim(), "); only head_dim = hidden_size / num_attention_heads is supported");
   }
   return c;
@@ -242,7 +246,7 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
 void validate_model_config(const ModelConfig& c) {
   const std::string& src = c.source.empty() ? std::string("model config") : c.source;
   auto positive = [&](const char* key, long long v) {
-    if (v <= 0) fail(src, ": ", key, " must be positive, got ", v);
+    if (v <= 0) fail_config(src, ": ", key, " must be positive, got ", v);
   };
   positive("vocab_size", c.vocab_size);
   positive("hidden_size", c.hidden_size);
@@ -251,21 +255,38 @@ void validate_model_config(const ModelConfig& c) {
   positive("num_attention_heads", c.num_heads);
   positive("num_key_value_heads", c.num_kv_heads);
   positive("max_position_embeddings", c.max_position_embeddings);
+  // The fused q|k|v (at most 3 x hidden) and gate|up (2 x intermediate) widths and the
+  // unit count are 32-bit in the op interface and the layout.
+  auto at_most = [&](const char* key, long long v, long long limit, const char* why) {
+    if (v > limit) fail_config(src, ": ", key, " (", v, ") is larger than supported (at most ", limit, ": ", why, ")");
+  };
+  at_most("hidden_size", c.hidden_size, INT_MAX / 3, "the fused q|k|v width, 3 x hidden_size, is a 32-bit int");
+  at_most("intermediate_size", c.intermediate_size, INT_MAX / 2, "the fused gate|up width is a 32-bit int");
+  at_most("num_hidden_layers", c.num_layers, INT_MAX - 2, "units are counted in 32 bits");
   if (c.hidden_size % c.num_heads != 0)
-    fail(src, ": hidden_size (", c.hidden_size, ") is not divisible by num_attention_heads (",
+    fail_config(src, ": hidden_size (", c.hidden_size, ") is not divisible by num_attention_heads (",
          c.num_heads, ")");
   // Grouped-query attention shares each KV head among num_heads / num_kv_heads query heads.
   if (c.num_heads % c.num_kv_heads != 0)
-    fail(src, ": num_attention_heads (", c.num_heads, ") is not divisible by num_key_value_heads (",
+    fail_config(src, ": num_attention_heads (", c.num_heads, ") is not divisible by num_key_value_heads (",
          c.num_kv_heads, ")");
   // RoPE rotates pairs of channels, so each head needs an even width.
   if (c.head_dim() % 2 != 0)
-    fail(src, ": head_dim = hidden_size / num_attention_heads = ", c.head_dim(),
+    fail_config(src, ": head_dim = hidden_size / num_attention_heads = ", c.head_dim(),
          " is odd; rotary embeddings need an even head_dim");
   if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps))
-    fail(src, ": rms_norm_eps must be a positive number, got ", c.rms_norm_eps);
+    fail_config(src, ": rms_norm_eps must be a positive number, got ", c.rms_norm_eps);
   if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
-    fail(src, ": rope_theta must be a positive number, got ", c.rope_theta);
+    fail_config(src, ": rope_theta must be a positive number, got ", c.rope_theta);
+  // num_params() multiplies in 64 bits: the count must fit with room to spare (2^48
+  // parameters would need petabytes; the memory check refuses far smaller models).
+  const __int128 C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size, L = c.num_layers;
+  const __int128 per_layer = 2 * C * C + 2 * C * c.num_kv_heads * c.head_dim() + 3 * C * F + 4 * C;
+  const __int128 params = V * C * (c.tie_word_embeddings ? 1 : 2) + L * per_layer + C;
+  if (params > (static_cast<__int128>(1) << 48))
+    fail_config(src, ": the model would have about ", static_cast<double>(params),
+                " parameters (vocab_size ", c.vocab_size, ", hidden_size ", c.hidden_size, ", intermediate_size ",
+                c.intermediate_size, ", num_hidden_layers ", c.num_layers, "), more than 2^48: far beyond any memory");
 }
 
 }  // namespace st

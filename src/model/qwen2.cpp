@@ -1,8 +1,10 @@
 #include "model/qwen2.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
+#include "core/nvtx.h"
 
 namespace st {
 
@@ -97,27 +99,61 @@ size_t Qwen2Model::activation_bytes() const {
   return n;
 }
 
+uint64_t Qwen2Model::activation_bytes_for(const ModelConfig& c, DType dtype, int64_t B, int64_t T, int head_chunk,
+                                          Recompute r) {
+  // The constructor's buffers, one term each; unsigned 128-bit sums cannot overflow
+  // for 32-bit dimensions, and the total saturates to 64 bits.
+  using U = unsigned __int128;
+  const U dt = dtype_size(dtype), st = dtype == DType::F64 ? 8 : 4, i32 = 4;
+  const U N = static_cast<U>(B) * static_cast<U>(T), C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size,
+          H = c.num_heads, hd = c.num_heads > 0 ? c.head_dim() : 0, QKV = (H + 2 * static_cast<U>(c.num_kv_heads)) * hd,
+          L = c.num_layers;
+  const U chunk = head_chunk > 0 ? std::min<U>(head_chunk, N) : N;
+  const bool drop_ln1 = r == Recompute::Norm || r == Recompute::Attn || r == Recompute::Block;
+  const bool drop_ln2 = r == Recompute::Norm || r == Recompute::Ffn || r == Recompute::Block;
+  const bool drop_attn = r == Recompute::Attn || r == Recompute::Block, drop_mid = r == Recompute::Block;
+  const bool drop_gu = r == Recompute::Ffn || r == Recompute::Block;
+  const bool drop_sw = r == Recompute::Swiglu || r == Recompute::Ffn || r == Recompute::Block;
+  auto per_layer = [&](bool shared) -> U { return shared ? (L > 0 ? 1 : 0) : L; };
+  U bytes = 2 * N * i32                                   // tokens, targets
+            + (L + 1) * N * C * dt                        // resid
+            + per_layer(drop_ln1) * N * C * dt + per_layer(drop_ln2) * N * C * dt
+            + 2 * L * N * st                              // rstd1, rstd2
+            + per_layer(drop_attn) * (N * QKV * dt + N * H * hd * dt + static_cast<U>(B) * H * T * st)
+            + per_layer(drop_mid) * N * C * dt + per_layer(drop_gu) * N * 2 * F * dt + per_layer(drop_sw) * N * F * dt
+            + N * C * dt + N * st + chunk * V * dt + N * st   // lnf, rstdf, logits, losses
+            + 3 * N * C * dt + N * H * hd * dt + N * QKV * dt + N * 2 * F * dt + N * F * dt;  // backward scratch
+  return bytes > std::numeric_limits<uint64_t>::max() ? std::numeric_limits<uint64_t>::max()
+                                                       : static_cast<uint64_t>(bytes);
+}
+
 void Qwen2Model::forward_blocks(ParamProvider& params) {
   const BlockOffsets& o = layout_.block();
   const size_t C = C_, F = F_, QKV = QKV_, A = static_cast<size_t>(H_) * hd_;
   for (int l = 0; l < L_; ++l) {
+    ST_NVTX_RANGE("forward layer", l);
     const int u = layout_.layer_unit(l);
     Tensor w = params.acquire(u, Pass::Forward);
     params.prefetch(l + 1 < L_ ? layout_.layer_unit(l + 1) : layout_.final_unit(), Pass::Forward);
     // The residual add that ends the previous layer is fused into this norm (tmp_
     // still holds that layer's down projection).
+    NvtxRange op("norm");
     if (l == 0)
       be_.rmsnorm_forward(ln1_[l], rstd1_[l], resid_[l], w.slice(o.ln1, C), N_, C_, eps_);
     else
       be_.add_rmsnorm_forward(resid_[l], ln1_[l], rstd1_[l], mid_[l - 1], tmp_, w.slice(o.ln1, C), N_, C_, eps_);
+    op.next("attention");
     be_.matmul_forward(qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), N_, C_, QKV_);
     be_.rope_forward(qkv_[l], B_, T_, H_, KV_, hd_, theta_);
     be_.attention_forward(att_[l], lse_[l], qkv_[l], B_, T_, H_, KV_, hd_);
     be_.matmul_forward(tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, N_, H_ * hd_, C_);
+    op.next("norm");
     be_.add_rmsnorm_forward(mid_[l], ln2_[l], rstd2_[l], resid_[l], tmp_, w.slice(o.ln2, C), N_, C_, eps_);
+    op.next("mlp");
     be_.matmul_forward(gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, N_, C_, 2 * F_);
     be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
     be_.matmul_forward(tmp_, sw_[l], w.slice(o.down_w, C * F), Tensor{}, N_, F_, C_);
+    op.end();
     // resid_[l + 1] = mid_[l] + tmp_ is done by the next norm (the next layer's, or
     // the final one in head()).
     params.release(u, Pass::Forward);
@@ -132,11 +168,13 @@ void Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int i
   Tensor wh = hu == fu ? wf : params.acquire(hu, Pass::Forward);
   if (grad) params.prefetch(layout_.layer_unit(L_ - 1), Pass::Backward);
   Tensor w_lm = wh.slice(layout_.lm_head_offset(), V * C);  // (V, C)
+  NvtxRange op("norm");
   if (L_ == 0)
     be_.rmsnorm_forward(lnf_, rstdf_, resid_[L_], wf.slice(layout_.final_norm_offset(), C), N_, C_, eps_);
   else  // the last layer's residual add, fused
     be_.add_rmsnorm_forward(resid_[L_], lnf_, rstdf_, mid_[L_ - 1], tmp_, wf.slice(layout_.final_norm_offset(), C),
                             N_, C_, eps_);
+  op.next("loss");  // lm_head, cross-entropy and (training) their backward
 
   Tensor dw_lm = grad ? params.grad(hu).slice(layout_.lm_head_offset(), V * C) : Tensor{};
   Tensor logits_f32;
@@ -164,11 +202,13 @@ void Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int i
   }
   if (!logits_f32.empty()) be_.free(logits_f32);
 
+  op.next("norm");
   if (grad) {
     be_.zero(dresid_);
     be_.rmsnorm_backward(dresid_, params.grad(fu).slice(layout_.final_norm_offset(), C), dln_, resid_[L_],
                          wf.slice(layout_.final_norm_offset(), C), rstdf_, N_, C_);
   }
+  op.end();
   if (hu != fu) params.release(hu, Pass::Forward);
   params.release(fu, Pass::Forward);
   if (grad) params.grad_ready(fu);
@@ -196,6 +236,7 @@ void Qwen2Model::backward_blocks(ParamProvider& params) {
   const BlockOffsets& o = layout_.block();
   const size_t C = C_, F = F_, QKV = QKV_, A = static_cast<size_t>(H_) * hd_;
   for (int l = L_ - 1; l >= 0; --l) {
+    ST_NVTX_RANGE("backward layer", l);
     const int u = layout_.layer_unit(l);
     Tensor w = params.acquire(u, Pass::Backward);
     if (l > 0)
@@ -203,14 +244,18 @@ void Qwen2Model::backward_blocks(ParamProvider& params) {
     else if (layout_.lm_head_unit() != layout_.embed_unit())
       params.prefetch(layout_.embed_unit(), Pass::Backward);  // a tied embedding is still held
     Tensor g = params.grad(u);
+    NvtxRange op("recompute");
     recompute_layer(l, w);
+    op.next("mlp");
     // resid[l+1] = mid + down(swiglu(gate_up(norm2(mid)))): dresid flows to mid unchanged.
     be_.matmul_backward(dsw_, g.slice(o.down_w, C * F), Tensor{}, dresid_, sw_[l], w.slice(o.down_w, C * F), N_,
                         F_, C_);
     be_.swiglu_backward(dgu_, dsw_, gu_[l], N_, F_);
     be_.matmul_backward(dln_, g.slice(o.gate_up_w, 2 * F * C), Tensor{}, dgu_, ln2_[l],
                         w.slice(o.gate_up_w, 2 * F * C), N_, C_, 2 * F_);
+    op.next("norm");
     be_.rmsnorm_backward(dresid_, g.slice(o.ln2, C), dln_, mid_[l], w.slice(o.ln2, C), rstd2_[l], N_, C_);
+    op.next("attention");
     // mid = resid + o_proj(attention(rope(qkv(norm1(resid))))).
     be_.matmul_backward(datt_, g.slice(o.o_w, C * A), Tensor{}, dresid_, att_[l], w.slice(o.o_w, C * A), N_,
                         H_ * hd_, C_);
@@ -218,7 +263,9 @@ void Qwen2Model::backward_blocks(ParamProvider& params) {
     be_.rope_backward(dqkv_, B_, T_, H_, KV_, hd_, theta_);
     be_.matmul_backward(dln_, g.slice(o.qkv_w, QKV * C), g.slice(o.qkv_b, QKV), dqkv_, ln1_[l],
                         w.slice(o.qkv_w, QKV * C), N_, C_, QKV_);
+    op.next("norm");
     be_.rmsnorm_backward(dresid_, g.slice(o.ln1, C), dln_, resid_[l], w.slice(o.ln1, C), rstd1_[l], N_, C_);
+    op.end();
     params.release(u, Pass::Backward);
     params.grad_ready(u);
   }
@@ -256,19 +303,27 @@ LossSum Qwen2Model::forward_backward(ParamProvider& params, const int32_t* token
   be_.upload_ids(tokens_, tokens, V_, false, 0, "token id");
   be_.upload_ids(targets_, targets, V_, true, ignore_index, "target");
 
+  NvtxRange pass("forward");
   Tensor we = params.acquire(eu, Pass::Forward);  // held to the end when tied
   params.prefetch(layout_.layer_unit(0), Pass::Forward);
+  NvtxRange op("embedding");
   be_.embedding_forward(resid_[0], tokens_, we.slice(layout_.embed_offset(), V * C), N_, C_, V_);
+  op.end();
   if (!tied) params.release(eu, Pass::Forward);
 
   forward_blocks(params);
+  pass.next("head");  // final norm, lm_head and loss, forward and backward
   head(params, true, dloss_scale, ignore_index, nullptr);
+  pass.next("backward");
   backward_blocks(params);
 
   if (!tied) params.acquire(eu, Pass::Backward);
+  op.next("embedding");
   be_.embedding_backward(params.grad(eu).slice(layout_.embed_offset(), V * C), dresid_, tokens_, N_, C_, V_);
+  op.end();
   params.release(eu, tied ? Pass::Forward : Pass::Backward);
   params.grad_ready(eu);
+  pass.end();
   // Read the losses back last: the host does not wait for the GPU before it has
   // enqueued the whole backward.
   return sum_losses(targets, ignore_index);

@@ -52,6 +52,11 @@ class Qwen2Model {
 
   // Bytes of activation and scratch memory this model holds.
   size_t activation_bytes() const;
+  // What activation_bytes() comes to for these arguments (as the constructor's),
+  // computed without building or allocating anything, in 64 bits (saturating at
+  // UINT64_MAX): the memory check before a run allocates.
+  static uint64_t activation_bytes_for(const ModelConfig& c, DType dtype, int64_t B, int64_t T, int head_chunk = 0,
+                                       Recompute recompute = Recompute::None);
 
  private:
   void forward_blocks(ParamProvider& params);

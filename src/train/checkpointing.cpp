@@ -25,17 +25,23 @@ const std::pair<const char*, ShardState> kStates[] = {
     {"master", ShardState::Master}, {"m", ShardState::AdamM}, {"v", ShardState::AdamV}};
 
 // Runs f on this rank; then every rank learns whether any failed. A failure here is
-// thrown with its own message; elsewhere with `others`.
-void all_or_none(Comm& world, const std::function<void()>& f, const std::string& others) {
+// thrown with its own message (and kind, an unclassified one as `kind`); elsewhere
+// with `others`, as `kind`.
+void all_or_none(Comm& world, const std::function<void()>& f, const std::string& others,
+                 ErrorKind kind = ErrorKind::Runtime) {
   std::string mine;
+  ErrorKind mine_kind = kind;
   try {
     f();
+  } catch (const Error& e) {
+    mine = e.what();
+    if (e.kind() != ErrorKind::Runtime) mine_kind = e.kind();
   } catch (const std::exception& e) {
     mine = e.what();
   }
   const double failed = world.all_reduce_sum(mine.empty() ? 0.0 : 1.0);
-  if (!mine.empty()) throw Error(mine);
-  if (failed > 0) fail(others);
+  if (!mine.empty()) throw Error(mine, mine_kind);
+  if (failed > 0) fail_as(kind, others);
 }
 
 }  // namespace
@@ -253,7 +259,7 @@ CheckpointManifest load_checkpoint(const std::string& step_dir, const ModelConfi
         if (static_cast<int>(m.files.size()) != m.shard_world)
           fail(step_dir, ": the manifest lists ", m.files.size(), " files for ", m.shard_world, " shards");
       },
-      "checkpoint: rank 0 refused " + step_dir + " (its message says why)");
+      "checkpoint: rank 0 refused " + step_dir + " (its message says why)", ErrorKind::Data);
 
   const ShardPlan saved(plan.layout(), m.shard_world);
   std::map<int, std::unique_ptr<SafetensorsFile>> open;
@@ -281,7 +287,7 @@ CheckpointManifest load_checkpoint(const std::string& step_dir, const ModelConfi
             fsdp.upload_shard(u, state, mine);
           }
       },
-      "checkpoint: another rank could not load its shards from " + step_dir);
+      "checkpoint: another rank could not load its shards from " + step_dir, ErrorKind::Data);
   return m;
 }
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -35,7 +36,35 @@ std::string format_step_line(const StepMetrics& m) {
     std::snprintf(buf, sizeof buf, " | %.3g TFLOP/s | MFU %.1f%%", m.tflops, 100 * m.mfu);
     line += buf;
   }
-  return line + " | elapsed " + format_duration(m.elapsed_s);
+  line += " | elapsed " + format_duration(m.elapsed_s);
+  if (m.eta_s >= 0) line += " | eta " + human_duration(m.eta_s);
+  return line;
+}
+
+std::string human_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  char buf[48];
+  const long long t = std::llround(s);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, t / 60 % 60);
+  else if (t >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%llds", t);
+  return buf;
+}
+
+double EtaEstimator::update(int step, int total_steps, double step_s) {
+  if (first_s_ < 0) {
+    first_s_ = step_s;
+  } else {
+    recent_.push_back(step_s);
+    if (recent_.size() > window_) recent_.pop_front();
+  }
+  double mean = first_s_;
+  if (!recent_.empty()) {
+    double sum = 0;
+    for (double x : recent_) sum += x;
+    mean = sum / static_cast<double>(recent_.size());
+  }
+  return std::max(0, total_steps - step) * mean;
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
@@ -68,7 +97,9 @@ void MetricsLog::write_step(const StepMetrics& m) {
          {"elapsed_s", m.elapsed_s},
          {"tokens", m.tokens},
          {"tflops_per_rank", m.tflops},
-         {"mfu", m.mfu}});
+         {"mfu", m.mfu},
+         {"step_s", m.step_s},
+         {"peak_memory_bytes", m.peak_memory_bytes}});
 }
 
 const std::vector<std::string>& progress_modes() {
@@ -87,9 +118,9 @@ void ProgressBar::update(const StepMetrics& m) {
   const int filled = static_cast<int>(frac * kWidth);
   std::string bar(filled, '#');
   bar.append(kWidth - filled, '.');
-  const double eta = m.step > 0 ? m.elapsed_s / m.step * (m.total_steps - m.step) : 0;
-  std::printf("\r\033[K[%s] %d/%d loss %.4f %s tok/s eta %s", bar.c_str(), m.step, m.total_steps, m.loss,
-              human_count(m.tokens_per_s).c_str(), format_duration(eta).c_str());
+  std::printf("\r\033[K[%s] %d/%d %3d%% loss %.4f %s tok/s eta %s", bar.c_str(), m.step, m.total_steps,
+              static_cast<int>(100 * frac), m.loss, human_count(m.tokens_per_s).c_str(),
+              human_duration(m.eta_s).c_str());
   std::fflush(stdout);
   drawn_ = true;
 }

@@ -19,6 +19,7 @@
 
 #include "backend/factory.h"
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "io/hf_checkpoint.h"
 #include "model/qwen2.h"
 #include "train/metrics.h"
@@ -66,9 +67,9 @@ struct Range {
   }
 };
 Range at_least(double lo) { return {lo, kInf, false, false}; }
-Range above(double lo) { return {lo, kInf, true, false}; }
 Range below(double hi) { return {-kInf, hi, false, true}; }
 Range closed(double lo, double hi) { return {lo, hi, false, false}; }
+Range left_open(double lo, double hi) { return {lo, hi, true, false}; }
 Range half_open(double lo, double hi) { return {lo, hi, false, true}; }
 
 struct Key {
@@ -115,15 +116,15 @@ const std::vector<Key>& schema() {
         {"train.peak_tflops", field<&RunConfig::train, &TrainOptions::peak_tflops>(),
          "dense bf16 TFLOP/s that MFU is measured against; 0 = the datasheet value for the GPU "
          "(H100/H200 989, A100 312, L4 121)",
-         at_least(0)},
+         closed(0, 1e6)},
 
-        {"optim.lr", field<&RunConfig::optim, &OptimOptions::lr>(), "peak learning rate (AdamW)", above(0)},
+        {"optim.lr", field<&RunConfig::optim, &OptimOptions::lr>(), "peak learning rate (AdamW)", left_open(0, 1)},
         {"optim.min_lr_ratio", field<&RunConfig::optim, &OptimOptions::min_lr_ratio>(), "cosine decay ends at lr * min_lr_ratio", closed(0, 1)},
         {"optim.warmup_steps", field<&RunConfig::optim, &OptimOptions::warmup_steps>(), "linear warmup steps", at_least(0)},
         {"optim.beta1", field<&RunConfig::optim, &OptimOptions::beta1>(), "AdamW beta1", half_open(0, 1)},
         {"optim.beta2", field<&RunConfig::optim, &OptimOptions::beta2>(), "AdamW beta2", half_open(0, 1)},
-        {"optim.eps", field<&RunConfig::optim, &OptimOptions::eps>(), "AdamW epsilon", above(0)},
-        {"optim.weight_decay", field<&RunConfig::optim, &OptimOptions::weight_decay>(), "decoupled weight decay", at_least(0)},
+        {"optim.eps", field<&RunConfig::optim, &OptimOptions::eps>(), "AdamW epsilon", left_open(0, 1)},
+        {"optim.weight_decay", field<&RunConfig::optim, &OptimOptions::weight_decay>(), "decoupled weight decay", closed(0, 1)},
         {"optim.grad_clip", field<&RunConfig::optim, &OptimOptions::grad_clip>(), "clip the global gradient norm to this; 0 disables",
          at_least(0)},
 
@@ -142,7 +143,8 @@ const std::vector<Key>& schema() {
          "free each unit's gathered weights after its forward and all-gather them again for backward "
          "(less memory); false keeps them from forward to backward (one all-gather per unit fewer)"},
         {"dist.timeout_s", field<&RunConfig::dist, &DistOptions::timeout_s>(),
-         "seconds any rendezvous or collective may wait before the run fails naming the missing ranks", above(0)},
+         "seconds any rendezvous or collective may wait before the run fails naming the missing ranks",
+         left_open(0, 604800)},
 
         {"fabric.transport", field<&RunConfig::fabric, &FabricOptions::transport>(),
          "network NCCL must use between nodes: efa (AWS OFI plugin on EFA), ib, socket, or auto (NCCL's "
@@ -176,13 +178,16 @@ const std::vector<Key>& schema() {
         {"run.term_grace_s", field<&RunConfig::run, &RunOptions::term_grace_s>(),
          "seconds a stop by SIGTERM/SIGINT may take to save its checkpoint (the pod's terminationGracePeriodSeconds "
          "should be larger); past it the run exits without the save, the last complete checkpoint stays",
-         above(0)},
+         left_open(0, 86400)},
         {"run.profile", field<&RunConfig::run, &RunOptions::profile>(),
          "time every op over a window of steps (CUDA events on a GPU) and print a table; also <run.out_dir>/profile.json"},
         {"run.profile_warmup", field<&RunConfig::run, &RunOptions::profile_warmup>(),
          "steps run before the profile window opens", at_least(0)},
         {"run.profile_steps", field<&RunConfig::run, &RunOptions::profile_steps>(), "steps in the profile window",
          at_least(1)},
+        {"run.tensorboard", field<&RunConfig::run, &RunOptions::tensorboard>(),
+         "write TensorBoard events (loss, lr, grad norm, tokens/s, TFLOP/s, MFU, memory per step) to "
+         "<run.out_dir>/tb (rank 0)"},
     };
   }();
   return keys;
@@ -216,14 +221,51 @@ std::string known_keys_in(const std::string& section) {
   return s;
 }
 
-// The error for a key the schema does not know, with the keys it does know.
+// Levenshtein distance: single-character insertions, deletions and substitutions.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The candidate nearest to `name` when it is near enough to be a typo of it (at most
+// two edits, or a quarter of the name); empty otherwise.
+std::string nearest(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const std::string& c : candidates)
+    if (const size_t d = edit_distance(name, c); d < best_d) best = c, best_d = d;
+  return best_d <= std::max<size_t>(2, name.size() / 4) ? best : std::string();
+}
+
+std::vector<std::string> key_names() {
+  std::vector<std::string> names;
+  for (const Key& k : schema()) names.push_back(k.name);
+  return names;
+}
+
+// The error for a key the schema does not know: the nearest known key when there is
+// one ("did you mean"), and the keys the section does know. From the command line the
+// key is spelled as the option (--train.steps).
 [[noreturn]] void fail_unknown(const std::string& where, const std::string& name, const std::string& at) {
   const std::string sec = section_of(name);
+  const bool cli = where == kCommandLine;
+  const std::string near = nearest(name, key_names());
+  const std::string hint = near.empty() ? "" : cli ? "did you mean --" + near + "? " : "did you mean '" + near + "'? ";
   if (name.find('.') == std::string::npos)
-    fail(where, ": unknown key '", name, "'", at, " (keys belong in a section: ", known_sections(), ")");
+    fail_config(where, ": unknown key '", name, "'", at, " (", hint, "keys belong in a section: ", known_sections(), ")");
   if (known_keys_in(sec).empty())
-    fail(where, ": unknown key '", name, "'", at, " (known sections: ", known_sections(), ")");
-  fail(where, ": unknown key '", name, "'", at, " (known keys in [", sec, "]: ", known_keys_in(sec), ")");
+    fail_config(where, ": unknown key '", name, "'", at, " (", hint, "known sections: ", known_sections(), ")");
+  fail_config(where, ": unknown key '", name, "'", at, " (", hint, "known keys in [", sec, "]: ", known_keys_in(sec), ")");
 }
 
 // ---- values: text, TOML, and the type rules shared by both -------------------------
@@ -263,7 +305,7 @@ bool fits_field(const Field& f, long long v) {
 // Stores TOML value `v` into the field of `k`; errors name the file, the key and the line.
 void set_from_toml(RunConfig& cfg, const Key& k, const toml::node& v, const std::string& file) {
   auto wrong_type = [&](const std::string& got) {
-    fail(file, ": key '", k.name, "' must be ", expected_text(k), ", got ", got, toml_line_text(v));
+    fail_config(file, ": key '", k.name, "' must be ", expected_text(k), ", got ", got, toml_line_text(v));
   };
   std::visit(
       [&](auto get) {
@@ -300,7 +342,10 @@ void set_from_toml(RunConfig& cfg, const Key& k, const toml::node& v, const std:
 
 // Stores command-line text into the field of `k`, with the same type rules as TOML.
 void set_from_text(RunConfig& cfg, const Key& k, const std::string& text) {
-  auto bad = [&]() { fail(kCommandLine, ": --", k.name, " expects ", expected_text(k), ", got '", text, "'"); };
+  auto bad = [&]() { fail_config(kCommandLine, ": --", k.name, " expects ", expected_text(k), ", got '", text, "'"); };
+  // The resolved config is saved as TOML (run_config_toml), whose strings are UTF-8.
+  if (utf8_replace_invalid(text) != text)
+    fail_config(kCommandLine, ": --", k.name, " is not valid UTF-8 text: '", utf8_replace_invalid(text), "'");
   const char* b = text.data();
   const char* e = b + text.size();
   std::visit(
@@ -394,10 +439,13 @@ void read_toml(const std::string& path, RunConfig& cfg, Origins& origins) {
     const std::string sec(sec_key.str());
     const bool known = !known_keys_in(sec).empty();
     if (!known && !sec_node.is_table()) fail_unknown(path, sec, toml_at_line(sec_node));  // keys live in [sections]
-    if (!known)
-      fail(path, ": unknown section [", sec, "]", toml_at_line(sec_node), " (known sections: ", known_sections(), ")");
+    if (!known) {
+      const std::string near = nearest(sec, sections());
+      fail_config(path, ": unknown section [", sec, "]", toml_at_line(sec_node), " (",
+                  near.empty() ? "" : "did you mean [" + near + "]? ", "known sections: ", known_sections(), ")");
+    }
     if (!sec_node.is_table())
-      fail(path, ": '", sec, "' must be the section [", sec, "], got ", toml_type_name(sec_node), toml_line_text(sec_node));
+      fail_config(path, ": '", sec, "' must be the section [", sec, "], got ", toml_type_name(sec_node), toml_line_text(sec_node));
     for (const auto& [key, node] : *sec_node.as_table()) {
       const std::string name = sec + "." + std::string(key.str());
       const Key* k = find_key(name);
@@ -422,14 +470,18 @@ void apply_overrides(const ConfigOverrides& overrides, RunConfig& cfg, Origins& 
 // ---- checks and model resolution -----------------------------------------------------
 
 // "configs/x.toml: train.steps<parts> (line 4)" or "command line: --train.steps<parts>".
+// A configuration error (exit 2), or of `kind` (a model file the key names is corrupt).
 template <class... Parts>
-[[noreturn]] void fail_key(const Origins& origins, const std::string& name, Parts&&... parts) {
+[[noreturn]] void fail_key_as(ErrorKind kind, const Origins& origins, const std::string& name, Parts&&... parts) {
   auto it = origins.find(name);
   const Origin o = it == origins.end() ? Origin{} : it->second;
-  std::ostringstream os;
-  (os << ... << std::forward<Parts>(parts));
   const std::string shown = o.where == kCommandLine ? "--" + name : name;
-  fail(o.where, ": ", shown, os.str(), o.line ? " (line " + std::to_string(o.line) + ")" : "");
+  fail_as(kind, o.where, ": ", shown, concat(std::forward<Parts>(parts)...),
+          o.line ? " (line " + std::to_string(o.line) + ")" : "");
+}
+template <class... Parts>
+[[noreturn]] void fail_key(const Origins& origins, const std::string& name, Parts&&... parts) {
+  fail_key_as(ErrorKind::Usage, origins, name, std::forward<Parts>(parts)...);
 }
 
 std::string describe(const Range& r) {
@@ -443,6 +495,9 @@ std::string describe(const Range& r) {
 
 void check_values(const RunConfig& cfg, const Origins& origins) {
   for (const Key& k : schema()) {
+    // inf and nan read as numbers (TOML and from_chars spell them) but are no setting.
+    if (const auto* get = std::get_if<Ref<double>>(&k.field); get && !std::isfinite((*get)(const_cast<RunConfig&>(cfg))))
+      fail_key(origins, k.name, " must be a finite number, got ", value_text(cfg, k, false));
     if (k.range) {
       double v = 0;
       std::visit(
@@ -482,7 +537,8 @@ ModelConfig resolve_model(const RunConfig& cfg, const Origins& origins) {
     try {
       m = load_hf_config(path);
     } catch (const Error& e) {
-      fail_key(origins, key, " = '", path, "': ", e.what());
+      fail_key_as(e.kind() == ErrorKind::Runtime ? ErrorKind::Usage : e.kind(), origins, key, " = '", path, "': ",
+                  e.what());
     }
   } else {
     try {
@@ -526,12 +582,42 @@ void add_config_options(CLI::App& app, ConfigOverrides& out) {
     // trigger_on_parse runs the callback as each option is met, so `out` keeps the
     // command-line order (CLI11 otherwise runs callbacks in registration order) and a
     // repeated option is recorded each time (the last one wins when applied).
+    // expected(0, 1): "--run.out_dir=" (or "--run.out_dir" before another option) is
+    // the empty value, never the next argument; CLI11 would otherwise take the next
+    // argument as the value when the one after '=' is empty. With no default_str, an
+    // absent value is "" (CLI11 fills in default_str there); --help shows the default
+    // through option_text instead.
     opt->trigger_on_parse()
+        ->expected(0, 1)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
         ->type_name(type_label(k))
-        ->default_str(value_text(defaults, k, false))
+        ->option_text(type_label(k) + (value_text(defaults, k, false).empty() ? "" : "=" + value_text(defaults, k, false)))
         ->group("Run configuration [" + section_of(name) + "]");
   }
+  // An unknown --section.key[=value] goes to load_run_config like any key, so it is
+  // refused with the same message as in a TOML file (naming the nearest known key);
+  // anything else not understood is CLI11's own error.
+  app.allow_extras();
+  app.parse_complete_callback([&app, &out] {
+    const std::vector<std::string> rest = app.remaining();
+    std::vector<std::string> other;
+    for (size_t i = 0; i < rest.size(); ++i) {
+      const std::string& a = rest[i];
+      const size_t eq = a.find('=');
+      const std::string name = a.substr(0, eq);
+      if (a.rfind("--", 0) != 0 || name.find('.') == std::string::npos) {
+        other.push_back(a);
+        continue;
+      }
+      std::string value;
+      if (eq != std::string::npos)
+        value = a.substr(eq + 1);
+      else if (i + 1 < rest.size() && rest[i + 1].rfind("--", 0) != 0)
+        value = rest[++i];
+      out.emplace_back(name, value);
+    }
+    if (!other.empty()) throw CLI::ExtrasError(app.get_name(), other);
+  });
 }
 
 RunConfig load_run_config(const std::string& toml_path, const ConfigOverrides& overrides) {
@@ -540,6 +626,19 @@ RunConfig load_run_config(const std::string& toml_path, const ConfigOverrides& o
   if (!toml_path.empty()) read_toml(toml_path, cfg, origins);
   apply_overrides(overrides, cfg, origins);
   check_values(cfg, origins);
+  // A micro-batch's token count is a 32-bit int in the op interface (and sizes every
+  // activation buffer): refuse a product that does not fit before anything uses it.
+  if (static_cast<int64_t>(cfg.train.micro_batch) * cfg.train.seq_len > INT_MAX) {
+    // Named where the first one that was set came from (micro_batch's when both were).
+    const bool batch_set = origin_text(origins, "train.micro_batch") != "default";
+    const std::string first = batch_set ? "train.micro_batch" : "train.seq_len";
+    const std::string second = batch_set ? "train.seq_len" : "train.micro_batch";
+    const std::string shown = origin_text(origins, second) == kCommandLine ? "--" + second : second;
+    fail_key(origins, first, " (", batch_set ? cfg.train.micro_batch : cfg.train.seq_len, ") x ", shown, " (",
+             batch_set ? cfg.train.seq_len : cfg.train.micro_batch, ") = ",
+             static_cast<int64_t>(cfg.train.micro_batch) * cfg.train.seq_len,
+             " tokens per micro-batch, more than the ", INT_MAX, " supported; lower one of them");
+  }
   cfg.model = resolve_model(cfg, origins);
   if (cfg.train.seq_len > cfg.model.max_position_embeddings)
     fail_key(origins, "train.seq_len", " (", cfg.train.seq_len, ") exceeds max_position_embeddings (",

@@ -43,6 +43,7 @@ struct RunOptions {                // [run]
   bool profile = false;            // time each op over a window of steps and print the table
   int profile_warmup = 3;          // steps before the profile window
   int profile_steps = 5;           // steps in the profile window
+  bool tensorboard = true;         // rank 0 writes TensorBoard events to <out_dir>/tb
 };
 
 // Every section, each a struct owned by the component that reads it; the trainer

@@ -34,17 +34,17 @@ inline std::string toml_at_line(const toml::node& n) {
   return n.source().begin.line ? " at line " + std::to_string(n.source().begin.line) : "";
 }
 
-// The TOML file at path, parsed; errors name the file ("<path>: cannot open <what>",
+// The TOML file at path, parsed; errors (configuration errors, exit 2) name the file ("<path>: cannot open <what>",
 // "<path>:L:C: TOML syntax error: ...").
 inline toml::table parse_toml_file(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open ", what);
+  if (!in) fail_config(path, ": cannot open ", what);
   std::stringstream text;
   text << in.rdbuf();
   try {
     return toml::parse(text.str(), path);
   } catch (const toml::parse_error& e) {
-    fail(path, ":", e.source().begin.line, ":", e.source().begin.column, ": TOML syntax error: ", e.description());
+    fail_config(path, ":", e.source().begin.line, ":", e.source().begin.column, ": TOML syntax error: ", e.description());
   }
 }
 

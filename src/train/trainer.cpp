@@ -15,12 +15,14 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/nvtx.h"
 #include "fabric/report.h"
 #include "io/hf_checkpoint.h"
 #include "io/checkpoint.h"
 #include "io/files.h"
 #include "train/checkpointing.h"
 #include "train/flops.h"
+#include "train/tb_events.h"
 
 namespace st {
 namespace {
@@ -134,18 +136,20 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
     be_.prepare_attention(cfg.train.micro_batch, cfg.train.seq_len, cfg.model.num_heads, cfg.model.num_kv_heads,
                           cfg.model.head_dim());
   fo.reshard_after_forward = cfg.dist.reshard_after_forward;
+  // The inputs before the model's memory: bad data or a bad checkpoint is refused
+  // before the shards and activations are allocated.
+  data_ = make_token_source(cfg.data, cfg.model.vocab_size, cfg.train.seed, cfg.train.seq_len);
+  std::vector<std::vector<float>> loaded;
+  if (!cfg.model_options.init_from.empty()) loaded = load_hf_weights(cfg.model_options.init_from, *layout_);
   fsdp_ = std::make_unique<Fsdp>(*plan_, be_, shard_, replicate_, fo);
   fsdp_->init_weights(cfg.train.seed);
-  if (!cfg.model_options.init_from.empty()) {
-    const auto units = load_hf_weights(cfg.model_options.init_from, *layout_);
-    for (int u = 0; u < layout_->num_units(); ++u) fsdp_->load_unit(u, units[u]);
-  }
+  for (size_t u = 0; u < loaded.size(); ++u) fsdp_->load_unit(static_cast<int>(u), loaded[u]);
+  loaded = {};
   // On a GPU the lm_head + loss run over chunks of rows, so the (rows, vocab) logits
   // never exist for the whole micro-batch at once.
   const int head_chunk = backend.device() == Device::CPU ? 0 : 4096;
   model_ = std::make_unique<Qwen2Model>(*layout_, be_, fo.compute_dtype, cfg.train.micro_batch, cfg.train.seq_len,
                                         head_chunk, parse_recompute(cfg.train.recompute));
-  data_ = make_token_source(cfg.data, cfg.model.vocab_size, cfg.train.seed, cfg.train.seq_len);
   schedule_ = LrSchedule::from(cfg.optim, cfg.train.steps);
   flops_per_token_ = flops_per_token(cfg.model, cfg.train.seq_len);
   peak_tflops_ = cfg.train.peak_tflops > 0
@@ -283,6 +287,7 @@ void Trainer::print_header() const {
 }
 
 StepMetrics Trainer::step(int s) {
+  ST_NVTX_RANGE("step", s + 1);
   const double t0 = now_seconds();
   // The whole step's micro-batches first: the loss is a mean over every valid
   // target of the global batch, so each micro-batch's gradient is scaled by one
@@ -302,6 +307,7 @@ StepMetrics Trainer::step(int s) {
     // HSDP: gradients are summed across replicas once per step, in the last backward.
     fsdp_->set_replica_sync(micro + 1 == batches_.size());
     const Batch& b = batches_[micro];
+    ST_NVTX_RANGE("micro-batch", static_cast<int>(micro));
     loss_sum += model_->forward_backward(*fsdp_, b.inputs.data(), b.targets.data(), scale, cfg_.data.ignore_index).sum;
   }
   const double loss = comm_.all_reduce_sum(loss_sum) / total_valid;
@@ -336,6 +342,7 @@ StepMetrics Trainer::step(int s) {
   m.tokens = tokens_seen_;
   m.tflops = m.tokens_per_s * flops_per_token_ / comm_.world() / 1e12;
   m.mfu = peak_tflops_ > 0 ? m.tflops / peak_tflops_ : 0;
+  m.peak_memory_bytes = be_.peak_allocated_bytes();
   return m;
 }
 
@@ -377,6 +384,16 @@ TrainResult Trainer::run(bool verbose) {
     write_text_atomic(cfg_.run.out_dir + "/config.toml", run_config_toml(cfg_));
     metrics = std::make_unique<MetricsLog>(cfg_.run.out_dir + "/metrics.jsonl", /*append=*/start > 0);
   }
+  // TensorBoard: a new events file per run; a fresh start drops the old ones, as it
+  // truncates metrics.jsonl, and a resumed run's START record supersedes the steps
+  // after its checkpoint (docs/operations.md).
+  std::unique_ptr<TbEventWriter> tb;
+  if (metrics && cfg_.run.tensorboard && start < cfg_.train.steps) {
+    if (start == 0) remove_tb_event_files(cfg_.run.out_dir + "/tb");
+    tb = std::make_unique<TbEventWriter>(cfg_.run.out_dir + "/tb");
+    tb->write_start(start + 1);
+  }
+  EtaEstimator eta;
   // Refuse an export target that would fail only after the whole run.
   if (rank0 && !cfg_.run.export_dir.empty()) check_export_dir(cfg_.run.export_dir, false);
   if (out) print_header();
@@ -402,12 +419,14 @@ TrainResult Trainer::run(bool verbose) {
   CheckpointWriter writer;
   if (prof_ && cfg_.run.profile_warmup == 0) prof_->open_window(), profile_ms_ = 0;
   for (int s = start; s < cfg_.train.steps; ++s) {
-    const StepMetrics m = step(s);
+    StepMetrics m = step(s);
+    m.eta_s = eta.update(m.step, m.total_steps, m.step_s);
     if (s == first) first_step_after_start_ = seconds_since_process_start();
     r.losses.push_back(m.loss);
     r.grad_norms.push_back(m.grad_norm);
     if (s > first) timed_tokens += m.tokens_per_s * m.step_s, timed_s += m.step_s;  // the first step warms up
     if (metrics) metrics->write_step(m);
+    if (tb) tb->write_scalars(m.step, step_scalars(m));
     if (prof_) profile_step(s, first, m, out);
     test_fault(comm_.rank(), m.step);
     // The ranks agree at every step boundary whether any of them was told to stop.
@@ -589,7 +608,7 @@ int Trainer::resume() {
       }
     }
     step = static_cast<int>(comm_.all_reduce_sum(comm_.rank() == 0 ? step : 0));
-    if (step < 0) fail(error.empty() ? "run.resume=auto: rank 0 could not read the newest checkpoint" : error);
+    if (step < 0) fail_data(error.empty() ? "run.resume=auto: rank 0 could not read the newest checkpoint" : error);
     if (step == 0) return 0;
     path = checkpoint_step_dir(checkpoint_dir(), step - 1);
   } else {
@@ -611,6 +630,8 @@ void Trainer::export_model(const std::string& dir, DType dtype) {
   if (comm_.rank() != 0) return;
   ExportOptions o;
   o.dtype = dtype;
+  // A model from a config.json keeps that file's other keys (token ids, ...).
+  o.config_from = !cfg_.model_options.config.empty() ? cfg_.model_options.config : cfg_.model_options.init_from;
   export_hf_model(dir, *layout_, units, o);
 }
 

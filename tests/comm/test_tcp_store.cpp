@@ -74,6 +74,41 @@ TEST(TcpStore, SetGetAddWaitAcrossRanks) {
   for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// Two jobs started on one port: a rank of the second reaching the first one's store is
+// refused, both jobs named, without taking a place in it; the first job goes on.
+TEST(TcpStore, ARankOfAnotherJobIsRefusedNamingBothJobs) {
+  const int port = test::free_port();
+  std::string foreign;
+  ErrorKind foreign_kind = ErrorKind::Runtime;
+  const auto errors = run_threads(3, [&](int r) {
+    if (r == 2) {  // job B's rank 1
+      try {
+        TcpStore intruder("127.0.0.1", port, 1, 2, 20, "job-b");
+      } catch (const Error& e) {
+        foreign = e.what();
+        foreign_kind = e.kind();
+      }
+      return;
+    }
+    TcpStore store("127.0.0.1", port, r, 2, 20, "job-a");
+    store.barrier("join", 2, 20);
+    store.barrier("done", 2, 20);
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_NE(foreign.find("rank 1 of job 'job-b' reached the rendezvous of job 'job-a'"), std::string::npos) << foreign;
+  EXPECT_NE(foreign.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << foreign;
+  EXPECT_EQ(foreign_kind, ErrorKind::Distributed);
+  // A side without an identity is not checked (a hand-started multi-node job).
+  const int port2 = test::free_port();
+  const auto plain = run_threads(2, [&](int r) {
+    TcpStore store("127.0.0.1", port2, r, 2, 20, r == 0 ? "job-a" : "");
+    store.barrier("join", 2, 20);
+  });
+  EXPECT_EQ(plain[0], "");
+  EXPECT_EQ(plain[1], "");
+}
+
 TEST(TcpStore, BarrierTimeoutNamesTheMissingRankAndAddress) {
   const int port = test::free_port();
   const auto start = Clock::now();

@@ -108,5 +108,45 @@ TEST_F(TextSourceTest, ClearErrors) {
   EXPECT_THROW(make_text_source({dir.string()}, 256, 1, 100), Error);  // corpus shorter than a sequence
 }
 
+template <class F>
+Error error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error thrown";
+  return Error("");
+}
+
+// A symbolic link loop is named as one, with the link, not reported as a missing file
+// 40 directories deep; a data error (exit 3).
+TEST_F(TextSourceTest, SymbolicLinkLoopsAreNamed) {
+  fs::create_directory_symlink(dir, dir / "sub" / "back");  // sub/back -> the top: a cycle
+  Error e = error_of([&] { make_text_source({dir.string()}, 256, 1, 8); });
+  std::string msg = e.what();
+  EXPECT_NE(msg.find("'" + (dir / "sub" / "back").string() + "'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("symbolic link loop"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("back to '" + fs::canonical(dir).string() + "'"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("does not exist"), std::string::npos) << msg;
+  EXPECT_EQ(e.kind(), ErrorKind::Data);
+  fs::remove(dir / "sub" / "back");
+
+  fs::create_symlink(dir / "self", dir / "self");  // a link to itself: ELOOP from the system
+  e = error_of([&] { make_text_source({dir.string()}, 256, 1, 8); });
+  msg = e.what();
+  EXPECT_NE(msg.find("'" + (dir / "self").string() + "'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("symbolic link loop"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("does not exist"), std::string::npos) << msg;
+  EXPECT_EQ(e.kind(), ErrorKind::Data);
+  fs::remove(dir / "self");
+
+  // A link to a sibling directory is no loop: its files are read once.
+  fs::create_directory_symlink(dir / "sub", dir / "again");
+  EXPECT_NE(make_text_source({dir.string()}, 256, 1, 8)->describe().find("2 files"), std::string::npos);
+  // A missing path is a data error too.
+  EXPECT_EQ(error_of([&] { make_text_source({(dir / "missing").string()}, 256, 1, 8); }).kind(), ErrorKind::Data);
+}
+
 }  // namespace
 }  // namespace st

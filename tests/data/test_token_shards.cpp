@@ -508,13 +508,13 @@ TEST(DataCli, PrepareTextAndInspect) {
   const uint32_t zero = 0;
   patch(shard, 64 + 4 * 5, &zero, 4);
   r = sh("data inspect " + (dir / "t1").string());
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("XXH3-64"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("shard-00000.bin"), std::string::npos) << r.out;
   // An existing output is refused without --force.
   r = sh("data prepare --tokenizer " + kTokenizer.string() + " --input " + (dir / "in").string() + " --out " +
          (dir / "t4").string());
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--force"), std::string::npos) << r.out;
 }
 
@@ -529,7 +529,7 @@ TEST(DataCli, PrepareJsonlNamesABadLineAndLeavesNothing) {
   spit(dir / "bad.jsonl", "{\"text\": \"Hello\"}\n{\"text\": \"fine\"}\n{\"txt\": \"wrong field\"}\n");
   r = sh("data prepare --tokenizer " + kTokenizer.string() + " --format jsonl --input " + (dir / "good.jsonl").string() +
          " " + (dir / "bad.jsonl").string() + " --out " + (dir / "out").string());
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("bad.jsonl:3"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir / "out"));
   for (const auto& e : fs::directory_iterator(dir))
@@ -540,7 +540,7 @@ TEST(DataCli, PrepareJsonlNamesABadLineAndLeavesNothing) {
   if (::access((dir / "locked.txt").c_str(), R_OK) != 0) {  // root reads anyway
     r = sh("data prepare --tokenizer " + kTokenizer.string() + " --input " + (dir / "locked.txt").string() +
            " --out " + (dir / "out").string());
-    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_EQ(r.code, 3) << r.out;
     EXPECT_NE(r.out.find("locked.txt"), std::string::npos) << r.out;
     EXPECT_FALSE(fs::exists(dir / "out"));
   }
@@ -573,7 +573,7 @@ TEST(DataCli, TrainTinyOnPreparedTokensAndLossFalls) {
   // A model vocabulary below the tokenizer's: refused at open, naming the shard and the offset.
   r = sh("train --data.source=tokens --data.paths=" + (dir / "tok").string() +
          " --model.preset=tiny --train.steps=1 --run.out_dir=" + (dir / "run2").string());
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("shard-00000.bin"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("token offset"), std::string::npos) << r.out;
 }

@@ -534,7 +534,7 @@ TEST(TokenizeCli, EncodesDecodesAndFails) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("is not a token id"), std::string::npos) << r.out;
   r = st::testing::run_shell(std::string(SHARDTRAIN_BINARY) + " tokenize --tokenizer /nonexistent --text x");
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("/nonexistent"), std::string::npos) << r.out;
   r = cli("");
   EXPECT_NE(r.code, 0) << r.out;

@@ -5,6 +5,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/token_file.h"
@@ -141,6 +145,81 @@ TEST(HfCheckpoint, MismatchesAreListedTogether) {
   }
 }
 
+// An export from a Hugging Face model keeps the keys of its config.json that we do not
+// use (token ids, generation settings, ...); the ones we write are ours, and what a
+// changed model would contradict (layer_types, head_dim) follows the model.
+TEST(HfCheckpoint, ExportKeepsTheSourceConfigsOtherKeys) {
+  const fs::path src = temp("keys_src");
+  fs::create_directories(src);
+  ModelConfig m = small(true);
+  nlohmann::json j = hf_config_json(m);
+  j["bos_token_id"] = 151643;
+  j["eos_token_id"] = nlohmann::json::array({151645, 151643});
+  j["pad_token_id"] = nullptr;
+  j["transformers_version"] = "5.17.0";
+  j["dtype"] = "float32";
+  j["custom_settings"] = {{"a", 1}};
+  j["layer_types"] = {"full_attention", "full_attention"};
+  j["head_dim"] = m.head_dim();
+  j["max_window_layers"] = 28;
+  std::ofstream(src / "config.json") << j.dump(2);
+  m.num_layers = 3;  // the run changed the model: model.layers=3
+  const ParamLayout layout(m);
+  const fs::path out = temp("keys_out");
+  ExportOptions o;
+  o.config_from = src.string();
+  o.dtype = DType::F32;
+  export_hf_model(out, layout, init_units(layout, 1), o);
+  std::ifstream in(out / "config.json");
+  const nlohmann::json got = nlohmann::json::parse(in);
+  EXPECT_EQ(got["bos_token_id"], 151643);
+  EXPECT_EQ(got["eos_token_id"], nlohmann::json::array({151645, 151643}));
+  EXPECT_TRUE(got.contains("pad_token_id") && got["pad_token_id"].is_null());
+  EXPECT_EQ(got["transformers_version"], "5.17.0");
+  EXPECT_EQ(got["custom_settings"]["a"], 1);
+  EXPECT_EQ(got["num_hidden_layers"], 3);
+  EXPECT_EQ(got["max_window_layers"], 3);
+  EXPECT_EQ(got["layer_types"].size(), 3u);
+  EXPECT_EQ(got["torch_dtype"], "float32");
+  EXPECT_EQ(got["dtype"], "float32");
+  EXPECT_EQ(load_hf_config(out.string()).num_layers, 3);
+  EXPECT_EQ(load_hf_weights(out.string(), layout).size(), static_cast<size_t>(layout.num_units()));
+  // A source config.json that is not an object is a data error naming it, before any write.
+  std::ofstream(src / "config.json") << "[1, 2]";
+  o.overwrite = true;
+  try {
+    export_hf_model(out, layout, init_units(layout, 2), o);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find((src / "config.json").string()), std::string::npos) << e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::Data);
+  }
+  EXPECT_EQ(load_hf_weights(out.string(), layout), init_units(layout, 1));  // the export before is intact
+}
+
+// NaN or infinite weights are refused on load, naming the tensor and the element
+// (they once gave `loss -nan` and exit 0).
+TEST(HfCheckpoint, NonFiniteWeightsAreADataError) {
+  const ParamLayout layout(small(true));
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    auto units = init_units(layout, 1);
+    units[1][7] = bad;  // layers.0: input_layernorm.weight[7]
+    const fs::path dir = temp("nonfinite");
+    ExportOptions o;
+    o.dtype = DType::F32;
+    export_hf_model(dir, layout, units, o);
+    try {
+      load_hf_weights(dir.string(), layout);
+      FAIL() << "accepted " << bad;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("tensor 'model.layers.0.input_layernorm.weight' holds"), std::string::npos) << m;
+      EXPECT_NE(m.find("at element 7"), std::string::npos) << m;
+      EXPECT_EQ(e.kind(), ErrorKind::Data);
+    }
+  }
+}
+
 TEST(HfCheckpoint, ExportRefusesANonEmptyDirectoryAndKeepsIt) {
   const ParamLayout layout(small(true));
   const fs::path dir = temp("keep");
@@ -183,6 +262,66 @@ TEST(Npy, WritesWhatItReadsAndRejectsBadFiles) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("bad.npy"), std::string::npos) << e.what();
   }
+}
+
+// A version 1.0 .npy file with this header dict and these data bytes.
+void write_npy_raw(const fs::path& p, std::string dict, const std::string& data) {
+  dict += std::string((64 - (10 + dict.size() + 1) % 64) % 64, ' ') + "\n";
+  std::ofstream out(p, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  out.put(static_cast<char>(dict.size() & 0xff)).put(static_cast<char>(dict.size() >> 8));
+  out << dict << data;
+}
+
+// A shape or dtype that is not what the data holds is refused, naming the file, before
+// anything is read from the data (an overflowing shape once passed as 32 bytes).
+TEST(Npy, MalformedShapesAndDtypesAreRefused) {
+  const fs::path p = temp("shape.npy");
+  struct Case {
+    const char* dict;
+    size_t data_bytes;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"{'descr': '<i8', 'fortran_order': False, 'shape': (4611686018427387905, 4), }", 32, "more than 2^64 bytes"},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }", 0, "more than 2^64 bytes"},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (-2, 4), }", 32, "negative dimension -2"},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (99999999999999999999999, 1), }", 8, "too large for 64 bits"},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (2, x), }", 8, "'x', not an integer dimension"},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (2,, 3), }", 24, "not an integer dimension"},
+      {"{'descr': '<i99999999999', 'fortran_order': False, 'shape': (2,), }", 8, "unsupported dtype"},
+      {"{'descr': '<U3', 'fortran_order': False, 'shape': (2,), }", 24, "unsupported dtype"},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (3, 4), }", 40, "needs 48 bytes of data but the file has 40"},
+  };
+  for (const Case& c : cases) {
+    write_npy_raw(p, c.dict, std::string(c.data_bytes, '\0'));
+    for (auto read : {std::function<void()>([&] { read_npy(p); }),
+                      std::function<void()>([&] { read_token_sequences(p, 100, 1 << 20); })}) {
+      try {
+        read();
+        ADD_FAILURE() << "accepted: " << c.dict;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(p.string()), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << c.dict << ": " << e.what();
+        EXPECT_EQ(e.kind(), ErrorKind::Data) << e.what();
+      }
+    }
+  }
+  // Well-formed ones still read: 1-D with a trailing comma, 2-D, spaces anywhere.
+  write_npy_raw(p, "{'descr': '<i4', 'fortran_order': False, 'shape': ( 3 , ), }", std::string("\1\0\0\0\2\0\0\0\3\0\0\0", 12));
+  EXPECT_EQ(read_token_sequences(p, 10, 16), (std::vector<std::vector<int32_t>>{{1, 2, 3}}));
+  write_npy_raw(p, "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }", std::string(32, '\0'));
+  EXPECT_EQ(read_npy(p).shape, (std::vector<int64_t>{2, 2}));
+}
+
+// A write that fails (here: the path is a directory) leaves no temporary file behind.
+TEST(Npy, AFailedWriteLeavesNothingBehind) {
+  const fs::path dir = temp("npy_dir");
+  fs::create_directories(dir);
+  const float v[2] = {1, 2};
+  EXPECT_THROW(write_npy_f32(dir, {2}, v), Error);
+  EXPECT_FALSE(fs::exists(dir.string() + ".tmp"));
+  EXPECT_TRUE(fs::is_directory(dir));
 }
 
 TEST(TokenFile, TextFilesAndRangeChecks) {

@@ -38,6 +38,15 @@ TEST(DistEnv, NothingSetIsASingleProcess) {
   EXPECT_EQ(e.source, "single process");
 }
 
+TEST(DistEnv, JobIdentityComesFromShardtrainJobId) {
+  EXPECT_EQ(detect_dist_env({{"HOME", "/root"}}).job_id, "");
+  EXPECT_EQ(detect_dist_env({{"SHARDTRAIN_JOB_ID", "j1"}}).job_id, "j1");
+  const DistEnv e = detect_dist_env(
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "2"}, {"SHARDTRAIN_JOB_ID", "j2"}});
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.job_id, "j2");
+}
+
 TEST(DistEnv, KubernetesIndexedJob) {
   // One rank per pod: the completion index is the rank; pod 0 behind the headless
   // Service is the master, named from this pod's hostname "<job>-<index>".

@@ -184,6 +184,37 @@ TEST(Launch, RankEnvironmentFunction) {
   EXPECT_EQ(env["PATH"], "/bin");
   EXPECT_EQ(env.count("PMIX_RANK"), 0u);
   EXPECT_EQ(env.count("PET_NNODES"), 0u);
+  EXPECT_EQ(env.count("SHARDTRAIN_JOB_ID"), 0u);
+  // The job's identity: the option's, else the environment's as it is.
+  EXPECT_EQ(st::rank_environment(opt, 0, {{"SHARDTRAIN_JOB_ID", "outer"}})["SHARDTRAIN_JOB_ID"], "outer");
+  opt.job_id = "job-7";
+  EXPECT_EQ(st::rank_environment(opt, 0, {{"SHARDTRAIN_JOB_ID", "outer"}})["SHARDTRAIN_JOB_ID"], "job-7");
+}
+
+// Every launch gives its ranks one identity of its own (the rendezvous refuses ranks
+// of another job); --job-id or SHARDTRAIN_JOB_ID choose it.
+TEST(Launch, EachLaunchHasItsOwnJobIdentity) {
+  auto ids = [](const Result& r) {
+    std::vector<std::string> out;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);)
+      if (const size_t at = line.find("id="); at != std::string::npos) out.push_back(line.substr(at + 3));
+    return out;
+  };
+  const std::vector<std::string> args = {"--nproc-per-node", "2", "--program", "/bin/sh", "--", "-c", "echo id=$SHARDTRAIN_JOB_ID"};
+  const Result a = launch(args), b = launch(args);
+  ASSERT_EQ(a.code(), 0) << a.out;
+  const auto ia = ids(a), ib = ids(b);
+  ASSERT_EQ(ia.size(), 2u) << a.out;
+  ASSERT_EQ(ib.size(), 2u) << b.out;
+  EXPECT_FALSE(ia[0].empty());
+  EXPECT_EQ(ia[0], ia[1]);  // one job
+  EXPECT_EQ(ib[0], ib[1]);
+  EXPECT_NE(ia[0], ib[0]);  // two jobs
+  std::vector<std::string> named = args;
+  named.insert(named.begin(), {"--job-id", "mine"});
+  EXPECT_EQ(ids(launch(named)), (std::vector<std::string>{"mine", "mine"}));
+  EXPECT_EQ(ids(launch(args, {"SHARDTRAIN_JOB_ID=outer"})), (std::vector<std::string>{"outer", "outer"}));
 }
 
 TEST(Launch, StderrPartialLastLineAndBusyRanksNeverMixMidLine) {

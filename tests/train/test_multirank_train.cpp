@@ -297,7 +297,7 @@ TEST(MultiRankTraining, AMissingRankTimesOutNamingIt) {
   const Result r = sh("RANK=0 WORLD_SIZE=3 LOCAL_RANK=0 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                       std::to_string(port(5)) + " " + SHARDTRAIN_BINARY + " train" + kModel +
                       " --train.steps=1 --train.micro_batch=2 --dist.timeout_s=3 --run.out_dir=" + out.string());
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, 4) << r.out;
   EXPECT_NE(r.out.find("1, 2"), std::string::npos) << r.out;  // the ranks that never arrived
   EXPECT_NE(r.out.find("127.0.0.1:" + std::to_string(port(5))), std::string::npos) << r.out;
   EXPECT_LT(r.seconds, 30) << r.out;

@@ -40,6 +40,17 @@ std::string error_of(F&& f) {
   return "";
 }
 
+template <class F>
+ErrorKind kind_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  ADD_FAILURE() << "no error thrown";
+  return ErrorKind::Runtime;
+}
+
 #define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "'" << (part) << "' not in: " << (msg)
 
 // The TOML without its comment lines (the header comment says where values came from).
@@ -208,8 +219,8 @@ TEST(RunConfig, BadCommandLineValues) {
       {"optim.lr", "fast", "--optim.lr expects a number, got 'fast'"},
       {"dist.reshard_after_forward", "yes", "--dist.reshard_after_forward expects true or false, got 'yes'"},
       {"train.device", "gpu", "command line: --train.device must be one of cpu, cuda, got 'gpu'"},
-      {"train.stepz", "3", "command line: unknown key 'train.stepz' (known keys in [train]: steps"},
-      {"trian.steps", "3", "command line: unknown key 'trian.steps' (known sections: [model]"},
+      {"train.stepz", "3", "command line: unknown key 'train.stepz' (did you mean --train.steps? known keys in [train]: steps"},
+      {"trian.steps", "3", "command line: unknown key 'trian.steps' (did you mean --train.steps? known sections: [model]"},
   };
   for (const Case& c : cases) EXPECT_HAS(error_of([&] { load_run_config("", {{c.key, c.value}}); }), c.expect);
 }
@@ -227,14 +238,14 @@ TEST(RunConfig, RangeChecksNameKeyAndSource) {
       {"train.micro_batch", "0", "--train.micro_batch must be >= 1"},
       {"train.grad_accum", "-1", "--train.grad_accum must be >= 1"},
       {"train.log_every", "0", "--train.log_every must be >= 1"},
-      {"optim.lr", "0", "--optim.lr must be > 0, got 0"},
-      {"optim.lr", "nan", "--optim.lr must be > 0, got nan"},
+      {"optim.lr", "0", "--optim.lr must be in (0, 1], got 0"},
+      {"optim.lr", "nan", "--optim.lr must be a finite number, got nan"},
       {"optim.min_lr_ratio", "1.5", "--optim.min_lr_ratio must be in [0, 1], got 1.5"},
       {"optim.warmup_steps", "-1", "--optim.warmup_steps must be >= 0"},
       {"optim.beta1", "1", "--optim.beta1 must be in [0, 1), got 1"},
       {"optim.beta2", "-0.1", "--optim.beta2 must be in [0, 1)"},
-      {"optim.eps", "0", "--optim.eps must be > 0"},
-      {"optim.weight_decay", "-0.1", "--optim.weight_decay must be >= 0"},
+      {"optim.eps", "0", "--optim.eps must be in (0, 1], got 0"},
+      {"optim.weight_decay", "-0.1", "--optim.weight_decay must be in [0, 1], got -0.1"},
       {"optim.grad_clip", "-1", "--optim.grad_clip must be >= 0"},
       {"data.source", "files", "--data.source must be one of random, text, tokens, got 'files'"},
       {"data.paths", "", "--data.paths must list at least one"},
@@ -252,6 +263,70 @@ TEST(RunConfig, RangeChecksNameKeyAndSource) {
   const std::string path = write_toml("range", "[train]\nsteps = 1\n\n[optim]\nbeta2 = 1.0\n");
   const std::string msg = error_of([&] { load_run_config(path, {}); });
   EXPECT_HAS(msg, path + ": optim.beta2 must be in [0, 1), got 1 (line 5)");
+}
+
+TEST(RunConfig, FloatKeysMustBeFiniteAndWithinSensibleBounds) {
+  struct Case {
+    const char* key;
+    const char* value;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"optim.lr", "inf", "--optim.lr must be a finite number, got inf"},
+      {"optim.lr", "-inf", "--optim.lr must be a finite number, got -inf"},
+      {"optim.lr", "1e30", "--optim.lr must be in (0, 1], got 1e+30"},
+      {"optim.eps", "inf", "--optim.eps must be a finite number"},
+      {"optim.eps", "2", "--optim.eps must be in (0, 1], got 2"},
+      {"optim.weight_decay", "1e30", "--optim.weight_decay must be in [0, 1], got 1e+30"},
+      {"optim.grad_clip", "inf", "--optim.grad_clip must be a finite number"},
+      {"optim.min_lr_ratio", "nan", "--optim.min_lr_ratio must be a finite number, got nan"},
+      {"train.peak_tflops", "inf", "--train.peak_tflops must be a finite number"},
+      {"dist.timeout_s", "1e30", "--dist.timeout_s must be in (0, 604800], got 1e+30"},
+      {"run.term_grace_s", "inf", "--run.term_grace_s must be a finite number"},
+      {"run.term_grace_s", "1e9", "--run.term_grace_s must be in (0, 86400]"},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = error_of([&] { load_run_config("", {{c.key, c.value}}); });
+    EXPECT_HAS(msg, "command line: ");
+    EXPECT_HAS(msg, c.expect);
+    EXPECT_EQ(kind_of([&] { load_run_config("", {{c.key, c.value}}); }), ErrorKind::Usage) << c.key;
+  }
+  // TOML spells them too.
+  for (const char* v : {"inf", "nan", "-inf", "+inf"}) {
+    const std::string path = write_toml("nonfinite", std::string("[optim]\nlr = ") + v + "\n");
+    const std::string msg = error_of([&] { load_run_config(path, {}); });
+    EXPECT_HAS(msg, path + ": optim.lr must be a finite number, got ");
+    EXPECT_HAS(msg, "(line 2)");
+  }
+}
+
+TEST(RunConfig, TokensPerMicroBatchOverflowNamesBothKeys) {
+  // micro_batch x seq_len is the token count of a micro-batch, a 32-bit int in the ops.
+  const ConfigOverrides o = {{"train.micro_batch", "1000000000"}};
+  const std::string msg = error_of([&] { load_run_config("", o); });
+  EXPECT_HAS(msg, "command line: --train.micro_batch (1000000000) x train.seq_len (128)");
+  EXPECT_HAS(msg, "2147483647");
+  EXPECT_EQ(kind_of([&] { load_run_config("", o); }), ErrorKind::Usage);
+  // The same from a file names it.
+  const std::string path = write_toml("tokens", "[train]\nmicro_batch = 3000000\nseq_len = 1024\n");
+  EXPECT_HAS(error_of([&] { load_run_config(path, {}); }), path + ": train.micro_batch (3000000) x train.seq_len (1024)");
+  // Named where it was set.
+  EXPECT_HAS(error_of([&] { load_run_config("", {{"train.seq_len", "2147483647"}}); }),
+             "command line: --train.seq_len (2147483647) x train.micro_batch (16)");
+  EXPECT_NO_THROW(load_run_config("", {{"train.micro_batch", "16777215"}}));  // (2^24 - 1) x 128 < 2^31
+  EXPECT_ANY_THROW(load_run_config("", {{"train.micro_batch", "16777216"}}));  // 2^24 x 128 = 2^31
+}
+
+TEST(RunConfig, UnknownKeysSuggestTheNearestKnownOne) {
+  const std::string path = write_toml("suggest", "[train]\nstepz = 4\n");
+  EXPECT_HAS(error_of([&] { load_run_config(path, {}); }), "unknown key 'train.stepz' at line 2 (did you mean 'train.steps'?");
+  EXPECT_HAS(error_of([&] { load_run_config("", {{"train.stepz", "3"}}); }),
+             "command line: unknown key 'train.stepz' (did you mean --train.steps?");
+  EXPECT_HAS(error_of([&] { load_run_config("", {{"trian.seq_len", "3"}}); }), "did you mean --train.seq_len?");
+  EXPECT_HAS(error_of([&] { load_run_config("", {{"optim.learning_rate", "3"}}); }), "known keys in [optim]: lr");
+  EXPECT_EQ(error_of([&] { load_run_config("", {{"optim.learning_rate", "3"}}); }).find("did you mean"),
+            std::string::npos);  // nothing near enough
+  EXPECT_EQ(kind_of([&] { load_run_config(path, {}); }), ErrorKind::Usage);
 }
 
 TEST(RunConfig, PathsNeedNotExistButMustBeGivenForText) {
@@ -346,6 +421,35 @@ TEST(ConfigOptions, HelpShowsEveryKeyWithHelpAndDefault) {
   EXPECT_HAS(help, "--optim.lr FLOAT=0.003");
   EXPECT_HAS(help, "--model.kv_heads");
   EXPECT_HAS(help, "Run configuration [optim]");
+}
+
+TEST(ConfigOptions, AnEmptyValueIsEmptyAndDoesNotTakeTheNextOption) {
+  CLI::App app("test");
+  ConfigOverrides out;
+  add_config_options(app, out);
+  const char* argv[] = {"prog", "--run.out_dir=", "--train.steps=1", "--run.export_dir=", "--train.log_every", "2"};
+  app.parse(static_cast<int>(std::size(argv)), argv);
+  const ConfigOverrides want = {{"run.out_dir", ""}, {"train.steps", "1"}, {"run.export_dir", ""}, {"train.log_every", "2"}};
+  EXPECT_EQ(out, want);
+  EXPECT_HAS(error_of([&] { load_run_config("", out); }), "command line: --run.out_dir must not be empty");
+  // An option without any value, last or before another option, is empty too.
+  for (const std::vector<const char*>& args :
+       {std::vector<const char*>{"prog", "--train.steps"}, std::vector<const char*>{"prog", "--train.steps", "--train.seq_len=8"}}) {
+    CLI::App a("test");
+    ConfigOverrides o;
+    add_config_options(a, o);
+    a.parse(static_cast<int>(args.size()), args.data());
+    ASSERT_FALSE(o.empty());
+    EXPECT_EQ(o[0], (std::pair<std::string, std::string>{"train.steps", ""}));
+    EXPECT_HAS(error_of([&] { load_run_config("", o); }), "--train.steps expects an integer, got ''");
+  }
+  // Negative numbers are values, not options.
+  CLI::App b("test");
+  ConfigOverrides o;
+  add_config_options(b, o);
+  const char* neg[] = {"prog", "--data.ignore_index", "-7"};
+  b.parse(static_cast<int>(std::size(neg)), neg);
+  EXPECT_EQ(o, (ConfigOverrides{{"data.ignore_index", "-7"}}));
 }
 
 TEST(ConfigOptions, CliValuesAreCheckedWhenLoaded) {

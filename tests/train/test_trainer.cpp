@@ -1,11 +1,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "comm/process_groups.h"
 #include "model/config.h"
 #include "model/qwen2.h"
+#include "train/memory_check.h"
 #include "train/trainer.h"
 
 namespace st {
@@ -116,6 +118,118 @@ TEST(Trainer, RandomDataTrainsAndClipsTheGradient) {
     const double want = clip > 0 && norm > clip ? clip : norm;
     EXPECT_NEAR(used, want, 1e-5 * want) << "grad_clip " << clip << ", gradient norm " << norm;
   }
+}
+
+// The estimate the memory check makes before anything exists: activations exactly as
+// the model allocates them, and a total no larger than what a run holds.
+TEST(MemoryCheck, ActivationEstimateIsWhatTheModelAllocates) {
+  const ModelConfig m = small_run(1).model;
+  const ParamLayout layout(m);
+  auto be = make_cpu_backend();
+  for (const std::string& choice : recompute_choices())
+    for (DType dt : {DType::F32, DType::F64})
+      for (int chunk : {0, 5}) {
+        const Qwen2Model model(layout, *be, dt, 3, 7, chunk, parse_recompute(choice));
+        EXPECT_EQ(Qwen2Model::activation_bytes_for(m, dt, 3, 7, chunk, parse_recompute(choice)), model.activation_bytes())
+            << choice << " " << dtype_name(dt) << " chunk " << chunk;
+      }
+}
+
+TEST(MemoryCheck, EstimateIsALowerBoundOfTheRun) {
+  const RunConfig cfg = small_run(1);
+  auto be = make_cpu_backend();
+  ProcessGroups groups = make_single_process_groups(*be);
+  Trainer t(cfg, *be, groups);
+  const MemoryEstimate e = estimate_rank_memory(cfg, DType::F32, 1, true, be->workspace_bytes());
+  EXPECT_GT(e.parameters, 16u * static_cast<uint64_t>(cfg.model.num_params()) - 1);
+  EXPECT_GT(e.activations, 0u);
+  EXPECT_EQ(e.gathered, 0u);  // one rank reads its shards in place
+  // The memory table counts the backend's memory (no token ids): the device part.
+  EXPECT_LE(e.device(), t.estimated_peak_bytes());
+  EXPECT_GE(e.device(), t.estimated_peak_bytes() * 9 / 10);  // and not far below it
+  EXPECT_EQ(e.batches, 8u * 32 * 8);  // inputs and targets of one micro-batch of 8 x 32
+  // Sharded over 4, each rank holds a quarter of the state and gathers a unit.
+  const MemoryEstimate s = estimate_rank_memory(cfg, DType::F32, 4, false, 0);
+  EXPECT_LE(s.parameters, e.parameters / 4 + 16);
+  EXPECT_GT(s.gathered, 0u);
+  // bf16 compute keeps a bf16 copy of the shard: 18 bytes per parameter.
+  EXPECT_EQ(estimate_rank_memory(cfg, DType::BF16, 1, true, 0).parameters, 18u * cfg.model.num_params());
+}
+
+// Bad inputs (a missing data path, a model directory that is not there) are refused
+// before the shards or the activations are allocated.
+TEST(MemoryCheck, BadInputsAreRefusedBeforeTheModelIsAllocated) {
+  for (int which = 0; which < 2; ++which) {
+    RunConfig cfg = small_run(1);
+    if (which == 0) {
+      cfg.data.source = "text";
+      cfg.data.paths = {"/nonexistent/corpus"};
+    } else {
+      cfg.data.source = "random";
+      cfg.model_options.init_from = "/nonexistent/model";
+    }
+    auto be = make_cpu_backend();
+    ProcessGroups groups = make_single_process_groups(*be);
+    try {
+      Trainer t(cfg, *be, groups);
+      FAIL() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Data) << e.what();
+    }
+    EXPECT_EQ(be->peak_allocated_bytes(), 0u) << (which == 0 ? "data.paths" : "model.init_from");
+  }
+}
+
+// A model far larger than any machine is refused by the check, which allocates nothing,
+// naming the estimate and the limit; saturating arithmetic, no overflow.
+TEST(MemoryCheck, RefusesWhatCannotFitBeforeAllocating) {
+  RunConfig cfg = small_run(1);
+  cfg.model = model_preset("qwen2.5-7b");
+  cfg.model.num_layers = 100000;
+  auto be = make_cpu_backend();
+  ASSERT_GT(be->memory_available_bytes(), 0u);
+  try {
+    check_rank_memory(cfg, *be, 1, true, 1);
+    FAIL() << "not refused";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("not enough memory for model qwen2.5-7b"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("lower bound"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("host RAM (MemAvailable) has"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("train.micro_batch 8 x train.seq_len 32"), std::string::npos) << msg;
+    EXPECT_EQ(e.kind(), ErrorKind::Runtime);
+  }
+  EXPECT_EQ(be->peak_allocated_bytes(), 0u);
+  // Two CPU ranks on one host need twice what one does.
+  cfg = small_run(1);
+  const uint64_t one = estimate_rank_memory(cfg, DType::F32, 1, true, 0).total();
+  EXPECT_NO_THROW(check_rank_memory(cfg, *be, 1, true, 2));
+  EXPECT_GT(one, 0u);
+  // The host's share: a step's micro-batches of token ids (once a bad_alloc at 2^31 - 1).
+  cfg.train.grad_accum = 2147483647;
+  try {
+    check_rank_memory(cfg, *be, 1, true, 1);
+    FAIL() << "not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token ids"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("train.grad_accum 2147483647"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(estimate_rank_memory(cfg, DType::F32, 1, true, 0).batches, 2147483647ull * 8 * 32 * 8);
+  cfg.train.grad_accum = 1;
+  // A checkpointing run keeps a host copy of its shards; a run from init_from loads the model in fp32.
+  cfg.run.checkpoint_every = 10;
+  cfg.model_options.init_from = "some/dir";
+  const MemoryEstimate h = estimate_rank_memory(cfg, DType::BF16, 2, false, 0);
+  EXPECT_EQ(h.checkpoint, 12u * ((cfg.model.num_params() + 1) / 2));
+  EXPECT_EQ(h.loaded, 4u * cfg.model.num_params());
+  EXPECT_EQ(h.total(), h.device() + h.host());
+  // The largest dimensions validation lets through still estimate without overflow.
+  cfg.model.hidden_size = cfg.model.intermediate_size = 1 << 29;
+  cfg.model.num_heads = cfg.model.num_kv_heads = 1 << 20;
+  cfg.model.num_layers = (1 << 30);
+  cfg.model.vocab_size = 1 << 30;
+  EXPECT_EQ(estimate_rank_memory(cfg, DType::F32, 1, true, 0).total(), UINT64_MAX);
+  EXPECT_THROW(check_rank_memory(cfg, *be, 1, true, 1), Error);
 }
 
 }  // namespace

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "backend/op_checks.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "core/memory.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 
@@ -102,6 +104,8 @@ class CpuBackend final : public Backend {
   }
   size_t peak_allocated_bytes() const override { return peak_; }
   void reset_peak_allocated() override { peak_ = allocated_; }
+  size_t memory_available_bytes() const override { return host_memory_available_bytes(); }
+  std::string memory_available_source() const override { return "host RAM (MemAvailable)"; }
   void zero(Tensor t) override {
     if (!t.empty()) std::memset(t.data, 0, t.bytes());
   }

@@ -129,6 +129,12 @@ class CudaBackend final : public Backend {
     if (cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess)
       (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero);
   }
+  size_t memory_available_bytes() const override {
+    size_t free = 0, total = 0;
+    use_device();
+    return cudaMemGetInfo(&free, &total) == cudaSuccess ? free : 0;
+  }
+  std::string memory_available_source() const override { return "free GPU memory (cudaMemGetInfo)"; }
 
   // ---- memory -----------------------------------------------------------------------
 

@@ -1,0 +1,45 @@
+// The memory a rank needs at least, estimated from the configuration alone, and the
+// check of it against what can still be allocated: a run that cannot fit is refused
+// before anything big is allocated (the layout, the shards, the activations, the
+// micro-batches).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.h"
+#include "train/run_config.h"
+
+namespace st {
+
+// A lower bound of one rank's memory at its peak, in bytes. Padding, the gathered
+// units beyond the one being computed, a reduction in flight, allocator slack and the
+// data source's own buffers are not counted.
+struct MemoryEstimate {
+  // Where the backend computes (the GPU, or host RAM for the CPU backend):
+  uint64_t parameters = 0;   // this rank's shard: fp32 master, fp32 gradient, AdamW m and v, and the bf16 copy on a GPU
+  uint64_t gathered = 0;     // sharded runs: the largest unit gathered in the compute dtype, with its fp32 gradient
+  uint64_t activations = 0;  // one micro-batch's activations and scratch (Qwen2Model::activation_bytes_for)
+  uint64_t workspace = 0;    // the backend's fixed buffers
+  // Host RAM:
+  uint64_t batches = 0;      // a step's micro-batches of token ids (train.grad_accum x inputs and targets)
+  uint64_t loaded = 0;       // model.init_from: the whole model in fp32 while it is loaded
+  uint64_t checkpoint = 0;   // run.checkpoint_every > 0: the host copy of the shards a save writes from
+
+  uint64_t device() const;   // the first four (saturating)
+  uint64_t host() const;     // the last three
+  uint64_t total() const;    // all of it: the CPU backend's one memory
+};
+
+// `shard_world`: ranks the parameters are sharded over; `in_place`: a world of one with
+// no replicas (nothing is gathered); compute: F32 on the CPU, BF16 on a GPU.
+MemoryEstimate estimate_rank_memory(const RunConfig& cfg, DType compute, int shard_world, bool in_place,
+                                    uint64_t workspace_bytes);
+
+// Refuses (st::Error, exit 1) a run whose estimate does not fit, with the estimate, its
+// parts and the limit: on the CPU the whole of it, times the `ranks_on_host` ranks that
+// share the host, against backend.memory_available_bytes(); on a GPU the device part
+// against the GPU's free memory and the host part (times ranks_on_host) against host
+// RAM. Nothing is checked where the amount available is unknown (0).
+void check_rank_memory(const RunConfig& cfg, Backend& backend, int shard_world, bool in_place, int ranks_on_host);
+
+}  // namespace st
