@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -80,6 +81,7 @@ TEST(TcpStore, ARankOfAnotherJobIsRefusedNamingBothJobs) {
   const int port = test::free_port();
   std::string foreign;
   ErrorKind foreign_kind = ErrorKind::Runtime;
+  std::atomic<bool> intruder_done{false};
   const auto errors = run_threads(3, [&](int r) {
     if (r == 2) {  // job B's rank 1
       try {
@@ -88,10 +90,15 @@ TEST(TcpStore, ARankOfAnotherJobIsRefusedNamingBothJobs) {
         foreign = e.what();
         foreign_kind = e.kind();
       }
+      intruder_done = true;
       return;
     }
     TcpStore store("127.0.0.1", port, r, 2, 20, "job-a");
     store.barrier("join", 2, 20);
+    // Job A's server stays up until the intruder has had its answer (on a loaded
+    // machine its thread may start after job A's ranks have joined).
+    const auto until = Clock::now() + std::chrono::seconds(30);
+    while (!intruder_done && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     store.barrier("done", 2, 20);
   });
   EXPECT_EQ(errors[0], "");
