@@ -161,6 +161,12 @@ void npy_corpus(const fs::path& d) {
   put(d / "bad_fortran.npy", replace(npy("<i4", "2,", le<int32_t>({1, 2})), "False", "True "));
   put(d / "bad_short.npy", npy("<i8", "4, 4", le<int64_t>({1, 2, 3})));
   put(d / "bad_bigendian.npy", npy(">i4", "2,", le<int32_t>({1, 2})));
+  // Regression: a shape whose element count overflows was accepted (and read past the
+  // buffer); negative and huge dimensions.
+  const std::string ids = le<int32_t>({1, 2, 3, 4});
+  put(d / "regress_shape_overflow.npy", npy("<i4", "4611686018427387905, 4", ids));
+  put(d / "regress_shape_negative.npy", npy("<i4", "-1, 4", ids));
+  put(d / "regress_shape_huge.npy", npy("<i4", "99999999999999999999999, 4", ids));
   put(d / "ids.txt", "# token ids, one sequence per line\n1 2 3 4\n\n  5 6\r\n299 0 17\n");
   put(d / "bad_ids.txt", "1 2 x3\n-1 400 99999999999999999999\n");
 }
@@ -201,6 +207,13 @@ void tokenizer(const fs::path& d) {
   put(d / "bad_added", replace(fuzz::tokenizer_json(t), "\"lstrip\":false", "\"lstrip\":true"));
   // Regression: an id just below the old limit of 2^30 made load allocate tables of
   // 2^30 entries (32 GiB).
+  // Regression: a field read with json::value() that held another type than a string
+  // threw a json::type_error out of Tokenizer::load instead of an st::Error.
+  put(d / "regress_behavior_not_string",
+      replace(fuzz::tokenizer_json(t, false), "\"behavior\":\"Isolated\"", "\"behavior\":1073741823"));
+  put(d / "regress_class_not_string",
+      join_parts({fuzz::vocab_json(t), fuzz::merges_txt(t),
+                  replace(fuzz::tokenizer_config_json(t), "\"Qwen2Tokenizer\"", "[\"Qwen2Tokenizer\"]")}));
   fuzz::TinyTokenizer big = t;
   big.added[1].second = (1 << 30) - 1;
   put(d / "regress_huge_added_id", fuzz::tokenizer_json(big, false));

@@ -412,6 +412,13 @@ bool jbool(const json& obj, const char* key, bool dflt) {
   return obj[key].is_boolean() ? obj[key].get<bool>() : dflt;
 }
 
+// obj[key] when it is a string, its JSON text when it is something else (which then
+// matches no name), `dflt` when absent. (json::value() throws a json::type_error.)
+std::string jstring(const json& obj, const char* key, const std::string& dflt) {
+  if (!obj.contains(key)) return dflt;
+  return obj[key].is_string() ? obj[key].get<std::string>() : obj[key].dump();
+}
+
 // Decodes a byte-level token spelling to bytes; false when a character is outside the
 // table (such a token then decodes to its own UTF-8, as the reference's ByteLevel does).
 bool bytelevel_to_bytes(const std::string& tok, const std::unordered_map<uint32_t, uint8_t>& inv, std::string& out) {
@@ -489,8 +496,8 @@ void check_tokenizer_json_pipeline(TokenizerData& d, const json& j, const std::s
            f, ": pre_tokenizer Split has no Regex pattern");
   const std::string regex = split["pattern"]["Regex"].get<std::string>();
   ST_CHECK(regex == kQwen2Regex, f, ": pre_tokenizer Split regex is not Qwen2's, refusing: ", regex);
-  ST_CHECK(split.value("behavior", std::string()) == "Isolated", f, ": pre_tokenizer Split behavior ",
-           split.value("behavior", std::string("(none)")), " is not supported (only Isolated)");
+  ST_CHECK(jstring(split, "behavior", "") == "Isolated", f, ": pre_tokenizer Split behavior ",
+           jstring(split, "behavior", "(none)"), " is not supported (only Isolated)");
   ST_CHECK(!jbool(split, "invert", false), f, ": pre_tokenizer Split invert=true is not supported");
   const json& bl = seq[1];
   ST_CHECK(jtype(bl) == "ByteLevel", f, ": pre_tokenizer ", jtype(bl),
@@ -649,7 +656,7 @@ void load_vocab_merges(TokenizerData& d, const fs::path& dir) {
   const json c = parse_json(cfg);
   const std::string fc = cfg.string();
   ST_CHECK(c.is_object(), fc, ": not a JSON object");
-  const std::string cls = c.value("tokenizer_class", std::string("(none)"));
+  const std::string cls = jstring(c, "tokenizer_class", "(none)");
   ST_CHECK(cls == "Qwen2Tokenizer" || cls == "Qwen2TokenizerFast", fc, ": tokenizer_class ", cls,
            " is not supported from vocab.json + merges.txt (only Qwen2Tokenizer)");
   d.nfc = true;  // Qwen2Tokenizer applies NFC
@@ -945,9 +952,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (size_t k = 0; k < ids.size(); ++k) {
     const int32_t id = ids[k];
-    ST_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " (position ", k, ") is out of range [0, ", vocab_size(),
+    ST_CHECK_DATA(id >= 0 && id < vocab_size(), "token id ", id, " (position ", k, ") is out of range [0, ", vocab_size(),
              ")");
-    ST_CHECK(d_->assigned[id], "token id ", id, " (position ", k, ") is not assigned to any token");
+    ST_CHECK_DATA(d_->assigned[id], "token id ", id, " (position ", k, ") is not assigned to any token");
     out += d_->id_bytes[id];
   }
   return out;

@@ -110,14 +110,18 @@ struct JsonReader {
 }  // namespace
 
 long long ModelConfig::num_params() const {
-  const long long V = vocab_size, C = hidden_size, F = intermediate_size;
-  const long long kv_dim = static_cast<long long>(num_kv_heads) * (num_heads ? C / num_heads : 0);
-  const long long per_layer = (C * C + C)              // q_proj (with bias)
-                              + 2 * (C * kv_dim + kv_dim)  // k_proj, v_proj (with bias)
-                              + C * C                  // o_proj (no bias)
-                              + 3 * C * F              // gate, up, down
-                              + 2 * C;                 // input and post-attention RMSNorm
-  return V * C + num_layers * per_layer + C + (tie_word_embeddings ? 0 : V * C);
+  // In 128 bits, saturated: dimensions that validation refuses (a memory estimate, a
+  // message about them) count without overflow.
+  using I = __int128;
+  const I V = vocab_size, C = hidden_size, F = intermediate_size;
+  const I kv_dim = static_cast<I>(num_kv_heads) * (num_heads ? C / num_heads : 0);
+  const I per_layer = (C * C + C)              // q_proj (with bias)
+                      + 2 * (C * kv_dim + kv_dim)  // k_proj, v_proj (with bias)
+                      + C * C                  // o_proj (no bias)
+                      + 3 * C * F              // gate, up, down
+                      + 2 * C;                 // input and post-attention RMSNorm
+  const I n = V * C + num_layers * per_layer + C + (tie_word_embeddings ? 0 : V * C);
+  return n > LLONG_MAX ? LLONG_MAX : n < LLONG_MIN ? LLONG_MIN : static_cast<long long>(n);
 }
 
 std::vector<std::string> model_preset_names() {
