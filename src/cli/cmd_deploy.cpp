@@ -130,7 +130,7 @@ int run_plan(const PlanArgs& a) {
   if (refused) {
     int n = 0;
     for (const Finding& f : findings) n += f.refusal;
-    fail(a.cluster, ": refused by ", n, " preflight check", n == 1 ? "" : "s", " (listed above); nothing was written");
+    fail_config(a.cluster, ": refused by ", n, " preflight check", n == 1 ? "" : "s", " (listed above); nothing was written");
   }
   std::string listing;
   for (const PlanStep& s : steps) {
@@ -156,7 +156,7 @@ int run_apply(const ApplyArgs& a) {
   std::string refusals;
   for (const Finding& f : preflight(spec, {}))
     if (f.refusal) refusals += "\n  " + f.key + ": " + f.message;
-  if (!refusals.empty()) fail(a.cluster, ": refused by preflight (see `deploy plan`):", refusals);
+  if (!refusals.empty()) fail_config(a.cluster, ": refused by preflight (see `deploy plan`):", refusals);
   ApplyOptions o;
   o.out_dir = !a.out.empty() ? a.out : (fs::path(spec.dir) / spec.name).lexically_normal().string();
   o.dry_run = a.dry_run;

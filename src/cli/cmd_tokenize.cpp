@@ -22,7 +22,7 @@ namespace {
 std::string read_input(const std::string& path) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   std::ifstream in(path, std::ios::binary);
-  ST_CHECK(in, path, ": cannot open");
+  ST_CHECK_DATA(in, path, ": cannot open");
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -37,13 +37,13 @@ std::vector<int32_t> parse_ids(const std::string& text, const std::string& where
     try {
       j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-      fail(where, ": not a JSON list of ids: ", e.what());
+      fail_data(where, ": not a JSON list of ids: ", e.what());
     }
-    ST_CHECK(j.is_array(), where, ": not a JSON list of ids");
+    ST_CHECK_DATA(j.is_array(), where, ": not a JSON list of ids");
     for (size_t k = 0; k < j.size(); ++k) {
-      ST_CHECK(j[k].is_number_integer(), where, ": element ", k, " is not an integer: ", j[k].dump());
+      ST_CHECK_DATA(j[k].is_number_integer(), where, ": element ", k, " is not an integer: ", j[k].dump());
       const int64_t v = j[k].get<int64_t>();
-      ST_CHECK(v >= INT32_MIN && v <= INT32_MAX, where, ": id ", v, " (position ", k, ") is out of range");
+      ST_CHECK_DATA(v >= INT32_MIN && v <= INT32_MAX, where, ": id ", v, " (position ", k, ") is out of range");
       ids.push_back(static_cast<int32_t>(v));
     }
     return ids;
@@ -59,12 +59,12 @@ std::vector<int32_t> parse_ids(const std::string& text, const std::string& where
     if (text[j] == '-' || text[j] == '+') ++j;
     while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
     const std::string tok = text.substr(i, j - i);
-    ST_CHECK(j > i && (tok.size() > 1 || (tok[0] != '-' && tok[0] != '+')) &&
+    ST_CHECK_DATA(j > i && (tok.size() > 1 || (tok[0] != '-' && tok[0] != '+')) &&
                  (j == text.size() || std::string(" \t\r\n,").find(text[j]) != std::string::npos),
              where, ": \"", text.substr(i, std::min<size_t>(20, text.size() - i)),
              "\" is not a token id (ids are integers separated by spaces, commas or newlines, or a JSON list)");
     const long long v = std::stoll(tok.size() > 18 ? tok.substr(0, 18) : tok);
-    ST_CHECK(tok.size() <= 11 && v >= INT32_MIN && v <= INT32_MAX, where, ": id ", tok, " is out of range");
+    ST_CHECK_DATA(tok.size() <= 11 && v >= INT32_MIN && v <= INT32_MAX, where, ": id ", tok, " is out of range");
     ids.push_back(static_cast<int32_t>(v));
     i = j;
   }
@@ -126,7 +126,7 @@ Command add_tokenize_command(CLI::App& root) {
                           "measure single-thread encoding speed over --file (line by line) and print MB/s");
   b->needs(file);
   return {app, [s, text, file] {
-            ST_CHECK(text->count() || file->count(), "tokenize: give --text STR or --file F");
+            ST_CHECK_CONFIG(text->count() || file->count(), "tokenize: give --text STR or --file F");
             const Tokenizer tok = Tokenizer::load(s->dir);
             const std::string where = file->count() ? s->file : std::string("--text");
             const std::string input = file->count() ? read_input(s->file) : s->text;

@@ -1,6 +1,7 @@
 // shardtrain: one binary, one subcommand per job.
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -8,12 +9,39 @@
 #include "cli/commands.h"
 #include "core/error.h"
 
+namespace {
+
+// An error message as printed: control bytes other than newline and tab (which a
+// hostile input may carry into a message: an escape sequence, a carriage return)
+// become \xNN, so that what the terminal shows is what the message says.
+std::string printable(const char* what) {
+  std::string out;
+  for (const char* p = what; *p; ++p) {
+    const unsigned char c = static_cast<unsigned char>(*p);
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += *p;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{
       "shardtrain: trains Qwen2-family language models with fully sharded data parallelism,\n"
       "from one CPU to many GPUs. Run `shardtrain <command> --help` for a command's options."};
   app.name("shardtrain");
   app.set_version_flag("--version", std::string(SHARDTRAIN_VERSION));
+  // Command-line errors read like every other error: one line, "shardtrain: error: ...".
+  // (Set before the subcommands are added: they copy it.)
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "shardtrain: error: command line: " + printable(e.what()) + " (see --help)\n";
+  });
   app.require_subcommand(1);
   std::vector<st::Command> commands = {st::add_train_command(app), st::add_score_command(app),
                                       st::add_export_command(app), st::add_presets_command(app),
@@ -38,11 +66,11 @@ int main(int argc, char** argv) {
     return 128 + e.signal();
   } catch (const st::Error& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "shardtrain: error: %s\n", e.what());
+    std::fprintf(stderr, "shardtrain: error: %s\n", printable(e.what()).c_str());
     return st::exit_code(e.kind());
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "shardtrain: internal error: %s\n", e.what());
+    std::fprintf(stderr, "shardtrain: internal error: %s\n", printable(e.what()).c_str());
     return st::kExitInternal;
   }
   return st::kExitRuntime;

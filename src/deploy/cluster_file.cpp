@@ -203,7 +203,15 @@ void derive_pod_resources(ClusterSpec& spec) {
   if (spec.shm_gib == 0) spec.shm_gib = std::clamp(spec.pod_memory_gib / 4, 1, 64);
 }
 
+static ClusterSpec load_cluster_file_unclassified(const std::string& path);
+
 ClusterSpec load_cluster_file(const std::string& path) {
+  // Everything wrong with the cluster file or the run config it names is a
+  // configuration error (exit 2).
+  return classify_errors(ErrorKind::Usage, [&] { return load_cluster_file_unclassified(path); });
+}
+
+static ClusterSpec load_cluster_file_unclassified(const std::string& path) {
   ClusterSpec spec;
   spec.path = path;
   spec.dir = fs::path(path).parent_path().string();

@@ -87,7 +87,7 @@ NpyArray read_npy(const std::string& path) {
   std::smatch m;
   NpyArray a;
   ST_CHECK_DATA(std::regex_search(header, m, std::regex(R"('descr'\s*:\s*'([^']*)')")), path,
-                ": header has no 'descr': ", header);
+                ": header has no 'descr': ", header.substr(0, header.find_last_not_of(" \n") + 1).substr(0, 200));
   a.descr = m[1];
   ST_CHECK_DATA(std::regex_search(header, m, std::regex(R"('fortran_order'\s*:\s*(True|False))")), path,
                 ": header has no 'fortran_order'");

@@ -568,6 +568,15 @@ int launch_local_ranks(const LaunchOptions& opt) {
     const int code = launcher.run();
     // Restart on a rank's failure (torchelastic's rule: stop them all, start them all),
     // never when the launcher itself was told to stop.
+    // A rank that exits 2 (usage/configuration) or 3 (input data or model files) would
+    // fail the same way again: no restart.
+    const bool repeats = code == kExitUsage || code == kExitData;
+    if (code != 0 && repeats && opt.max_restarts > 0 && !launcher.interrupted()) {
+      std::fprintf(stderr, "launch: not restarting: %s (%s), which a restart would repeat\n",
+                   launcher.failure().c_str(),
+                   code == kExitUsage ? "a usage or configuration error" : "an error in input data or model files");
+      return code;
+    }
     if (code == 0 || launcher.interrupted() || attempt >= opt.max_restarts) {
       if (code != 0 && opt.max_restarts > 0 && !launcher.interrupted())
         std::fprintf(stderr, "launch: giving up after %d restart%s; the last failure: %s\n", opt.max_restarts,

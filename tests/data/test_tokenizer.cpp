@@ -527,17 +527,18 @@ TEST(TokenizeCli, EncodesDecodesAndFails) {
   EXPECT_EQ(r.out, "<|im_start|>user\nHello!<|im_end|>");
   r = cli("--decode --text '[9707, 1879]' --json");
   EXPECT_EQ(r.out, "\"Hello world\"\n");
-  r = cli("--decode --text '9707 151665'");
-  EXPECT_EQ(r.code, 1) << r.out;
+  r = cli("--decode --text '9707 151665'");  // input data: exit 3
+  EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("151665"), std::string::npos) << r.out;
   r = cli("--decode --text '9707 x'");
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("is not a token id"), std::string::npos) << r.out;
   r = st::testing::run_shell(std::string(SHARDTRAIN_BINARY) + " tokenize --tokenizer /nonexistent --text x");
   EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("/nonexistent"), std::string::npos) << r.out;
-  r = cli("");
-  EXPECT_NE(r.code, 0) << r.out;
+  r = cli("");  // usage: exit 2
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("give --text STR or --file F"), std::string::npos) << r.out;
   r = cli("--bench --file " + (d / "in.txt").string());
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("MB/s"), std::string::npos) << r.out;

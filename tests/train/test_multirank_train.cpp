@@ -169,6 +169,26 @@ TEST(MultiRankTraining, RestartAfterARankIsKilledEndsWithTheSameLoss) {
   EXPECT_NE(once.out.find("rank 1 was killed by signal 9"), std::string::npos) << once.out;
 }
 
+// A rank that fails on its configuration (exit 2) or its input files (exit 3) would fail
+// the same way after a restart: the launcher says so and exits with that code at once.
+TEST(MultiRankTraining, NoRestartAfterAConfigurationOrDataError) {
+  const std::string launch = std::string(SHARDTRAIN_BINARY) + " launch --nproc-per-node 2 --max-restarts 3 --master-port " +
+                             std::to_string(st::test::free_port()) + " -- train" + kModel + " --train.steps=2";
+  const Result bad_key = sh(launch + " --train.micro_batch=0 --run.out_dir=" + temp("norestart_usage").string());
+  EXPECT_EQ(bad_key.code, 2) << bad_key.out;
+  EXPECT_NE(bad_key.out.find("not restarting"), std::string::npos) << bad_key.out;
+  EXPECT_NE(bad_key.out.find("a usage or configuration error"), std::string::npos) << bad_key.out;
+  EXPECT_EQ(bad_key.out.find("restart 1 of 3"), std::string::npos) << bad_key.out;
+  const fs::path tokens = temp("norestart_data") / "shards";
+  fs::create_directories(tokens);
+  { std::ofstream(tokens / "index.json") << "{\"version\": 1, \"shards\": ["; }
+  const Result bad_data = sh(launch + " --data.source=tokens --data.paths=" + tokens.string() +
+                             " --run.out_dir=" + (temp("norestart_data") / "run").string());
+  EXPECT_EQ(bad_data.code, 3) << bad_data.out;
+  EXPECT_NE(bad_data.out.find("an error in input data or model files"), std::string::npos) << bad_data.out;
+  EXPECT_EQ(bad_data.out.find("restart 1 of 3"), std::string::npos) << bad_data.out;
+}
+
 // SIGTERM mid-run (what Kubernetes sends): the ranks stop at the next step, save a
 // checkpoint, write an "interrupted" summary and exit 143; the same command continues.
 TEST(MultiRankTraining, SigtermLeavesACheckpointAndAnInterruptedSummary) {
