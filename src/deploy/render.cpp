@@ -220,7 +220,13 @@ ojson indexed_job(const ClusterSpec& s) {
                               {{"name", "SHARDTRAIN_NPROC_PER_NODE"}, {"value", std::to_string(s.pod_gpus)}},
                               {{"name", "SHARDTRAIN_SERVICE"}, {"value", s.job_name}},
                               {{"name", "SHARDTRAIN_JOB_NAME"}, {"value", s.job_name}},
-                              {{"name", "MASTER_PORT"}, {"value", std::to_string(s.master_port)}}});
+                              {{"name", "MASTER_PORT"}, {"value", std::to_string(s.master_port)}},
+                              // The Job's UID (a label Kubernetes puts on its pods): the
+                              // rendezvous refuses a pod of another Job (one deleted and
+                              // submitted again) that reaches this one's rank 0.
+                              {{"name", "SHARDTRAIN_JOB_ID"},
+                               {"valueFrom",
+                                {{"fieldRef", {{"fieldPath", "metadata.labels['batch.kubernetes.io/controller-uid']"}}}}}}});
   for (auto& e : env) place.push_back(e);
   env = place;
   return {{"apiVersion", "batch/v1"},

@@ -128,9 +128,17 @@ TEST(ClusterFile, BadInputNamesTheFileKeyAndLine) {
   };
   for (const Case& c : cases) {
     const fs::path p = variant("bad", {{c.old, c.repl}});
-    const std::string err = error_of([&] { load_cluster_file(p.string()); });
+    std::string err;
+    ErrorKind kind = ErrorKind::Runtime;
+    try {
+      load_cluster_file(p.string());
+    } catch (const Error& e) {
+      err = e.what();
+      kind = e.kind();
+    }
     EXPECT_NE(err.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in: " << err;
     EXPECT_NE(err.find(p.string()), std::string::npos) << err;
+    EXPECT_EQ(kind, ErrorKind::Usage) << "a configuration error (exit 2): " << err;
   }
 }
 
@@ -186,6 +194,12 @@ TEST(DeployPlan, TheWorkerPodIsTheRecipes) {
   EXPECT_EQ(env_value(c, "FI_EFA_USE_DEVICE_RDMA"), "(unset)");  // L4 nodes: no GPUDirect RDMA
   EXPECT_EQ(env_value(c, "SHARDTRAIN_NNODES"), "2");
   EXPECT_EQ(env_value(c, "SHARDTRAIN_SERVICE"), "qwen-train");
+  // The Job's UID is the job identity the rendezvous checks.
+  bool job_id = false;
+  for (const auto& e : c["env"])
+    job_id |= e["name"] == "SHARDTRAIN_JOB_ID" &&
+              e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['batch.kubernetes.io/controller-uid']";
+  EXPECT_TRUE(job_id) << c["env"].dump();
   const std::string cmd = c["command"].dump();
   EXPECT_NE(cmd.find("\"--expect-transport\",\"efa\""), std::string::npos) << cmd;
   EXPECT_NE(cmd.find("\"--nproc-per-node\",\"4\""), std::string::npos) << cmd;
@@ -388,7 +402,7 @@ TEST(DeployPlanCli, WritesEverythingOrNothing) {
                                            {"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n", ""}});
   const fs::path out2 = temp_dir("cli2") / "out";
   r = run_shell(bin + " deploy plan --cluster " + bad.string() + " --out " + out2.string());
-  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_EQ(r.code, 2) << r.out;  // a configuration error
   EXPECT_NE(r.out.find("REFUSED nodes.gpu.zones"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("REFUSED image.digest"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("refused by 2 preflight checks"), std::string::npos) << r.out;
