@@ -29,6 +29,7 @@
 #include "core/rng.h"
 #include "data/source.h"
 #include "io/files.h"
+#include "io/json_integer.h"
 
 namespace st {
 namespace fs = std::filesystem;
@@ -65,23 +66,6 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
 
 constexpr size_t kWriteBufferTokens = 1 << 18;  // 1 MiB
 constexpr uint64_t kScanChunk = 1 << 16;        // tokens per pass chunk (256 KiB, stays in L2)
-
-// j[key] as a T, when it is an integer T holds. nlohmann's get<T>() converts a float
-// (undefined behaviour when out of T's range) and wraps a large integer.
-template <class T>
-T integer_at(const nlohmann::json& j, const char* key, const std::string& where) {
-  const nlohmann::json& v = j.at(key);
-  const bool negative = v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0;
-  bool fits = v.is_number_integer();
-  if (fits && negative)
-    fits = std::numeric_limits<T>::is_signed && v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min());
-  else if (fits)
-    fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
-  if (!fits)
-    fail(where, ": '", key, "' must be an integer in [", +std::numeric_limits<T>::min(), ", ",
-         +std::numeric_limits<T>::max(), "], got ", v.dump());
-  return negative ? static_cast<T>(v.get<int64_t>()) : static_cast<T>(v.get<uint64_t>());
-}
 
 }  // namespace
 

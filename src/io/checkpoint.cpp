@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "io/files.h"
+#include "io/json_integer.h"
 
 namespace st {
 namespace {
@@ -26,23 +27,6 @@ int step_of(const std::string& name) {
   const std::string n = name.substr(5);
   if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) return -1;
   return std::atoi(n.c_str());
-}
-
-// j[key] as a T, when it is an integer T holds. nlohmann's get<T>() converts a float
-// (undefined behaviour when out of T's range) and wraps a large integer.
-template <class T>
-T integer_at(const nlohmann::json& j, const char* key, const std::string& where) {
-  const nlohmann::json& v = j.at(key);
-  const bool negative = v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0;
-  bool fits = v.is_number_integer();
-  if (fits && negative)
-    fits = std::numeric_limits<T>::is_signed && v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min());
-  else if (fits)
-    fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
-  if (!fits)
-    fail(where, ": '", key, "' must be an integer in [", +std::numeric_limits<T>::min(), ", ",
-         +std::numeric_limits<T>::max(), "], got ", v.dump());
-  return negative ? static_cast<T>(v.get<int64_t>()) : static_cast<T>(v.get<uint64_t>());
 }
 
 }  // namespace
