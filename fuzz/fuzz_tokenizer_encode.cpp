@@ -1,5 +1,5 @@
 // libFuzzer target for Tokenizer::encode over arbitrary bytes, with a tiny synthetic
-// Qwen2-style tokenizer (tiny_tokenizer.h: byte-level BPE, a few merges, added tokens),
+// Qwen2-style tokenizer (tests/support/tiny_tokenizer.h: byte-level BPE, a few merges, added tokens),
 // loaded twice: with the NFC normalizer as Qwen2's, and without one. encode never
 // throws; for any bytes x (tokenizer.h, "Invalid UTF-8"):
 //   without a normalizer  decode(encode(x)) == utf8_replace_invalid(x)
@@ -21,7 +21,7 @@ const st::Tokenizer& tokenizer(bool nfc) {
   static const auto load = [](bool with_nfc) {
     const std::string dir = fuzz::scratch_dir() + (with_nfc ? "/nfc" : "/plain");
     std::filesystem::create_directories(dir);
-    fuzz::write_file(dir + "/tokenizer.json", fuzz::tokenizer_json(fuzz::tiny_tokenizer(), with_nfc));
+    fuzz::write_file(dir + "/tokenizer.json", st::testing::tokenizer_json(st::testing::tiny_tokenizer(), with_nfc));
     return st::Tokenizer::load(dir);
   };
   static const st::Tokenizer with = load(true), without = load(false);

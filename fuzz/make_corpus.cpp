@@ -195,31 +195,31 @@ void nccl_log(const fs::path& d) {
 // ---- tokenizer ---------------------------------------------------------------------
 
 void tokenizer(const fs::path& d) {
-  const fuzz::TinyTokenizer t = fuzz::tiny_tokenizer();
-  put(d / "tokenizer_json", join_parts({fuzz::tokenizer_json(t), "Hello the world <|im_start|>and 12's\n"}));
-  put(d / "tokenizer_json_no_nfc", fuzz::tokenizer_json(t, false));
+  const st::testing::TinyTokenizer t = st::testing::tiny_tokenizer();
+  put(d / "tokenizer_json", join_parts({st::testing::tokenizer_json(t), "Hello the world <|im_start|>and 12's\n"}));
+  put(d / "tokenizer_json_no_nfc", st::testing::tokenizer_json(t, false));
   put(d / "vocab_merges",
-      join_parts({fuzz::vocab_json(t), fuzz::merges_txt(t), fuzz::tokenizer_config_json(t), "in the end\xC3\xA9"}));
+      join_parts({st::testing::vocab_json(t), st::testing::merges_txt(t), st::testing::tokenizer_config_json(t), "in the end\xC3\xA9"}));
   // Near misses: a merge naming a missing token; an added token that lstrips.
-  fuzz::TinyTokenizer bad = t;
+  st::testing::TinyTokenizer bad = t;
   bad.merges.emplace_back("q", "zz");
-  put(d / "bad_merge", fuzz::tokenizer_json(bad));
-  put(d / "bad_added", replace(fuzz::tokenizer_json(t), "\"lstrip\":false", "\"lstrip\":true"));
+  put(d / "bad_merge", st::testing::tokenizer_json(bad));
+  put(d / "bad_added", replace(st::testing::tokenizer_json(t), "\"lstrip\":false", "\"lstrip\":true"));
   // Regression: an id just below the old limit of 2^30 made load allocate tables of
   // 2^30 entries (32 GiB).
   // Regression: a field read with json::value() that held another type than a string
   // threw a json::type_error out of Tokenizer::load instead of an st::Error.
   put(d / "regress_behavior_not_string",
-      replace(fuzz::tokenizer_json(t, false), "\"behavior\":\"Isolated\"", "\"behavior\":1073741823"));
+      replace(st::testing::tokenizer_json(t, false), "\"behavior\":\"Isolated\"", "\"behavior\":1073741823"));
   put(d / "regress_class_not_string",
-      join_parts({fuzz::vocab_json(t), fuzz::merges_txt(t),
-                  replace(fuzz::tokenizer_config_json(t), "\"Qwen2Tokenizer\"", "[\"Qwen2Tokenizer\"]")}));
-  fuzz::TinyTokenizer big = t;
+      join_parts({st::testing::vocab_json(t), st::testing::merges_txt(t),
+                  replace(st::testing::tokenizer_config_json(t), "\"Qwen2Tokenizer\"", "[\"Qwen2Tokenizer\"]")}));
+  st::testing::TinyTokenizer big = t;
   big.added[1].second = (1 << 30) - 1;
-  put(d / "regress_huge_added_id", fuzz::tokenizer_json(big, false));
+  put(d / "regress_huge_added_id", st::testing::tokenizer_json(big, false));
   big = t;
   big.vocab["zz"] = (1 << 30) - 1;
-  put(d / "regress_huge_vocab_id", join_parts({fuzz::vocab_json(big), fuzz::merges_txt(big), fuzz::tokenizer_config_json(big)}));
+  put(d / "regress_huge_vocab_id", join_parts({st::testing::vocab_json(big), st::testing::merges_txt(big), st::testing::tokenizer_config_json(big)}));
 }
 
 void tokenizer_encode(const fs::path& d) {

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "support/shell.h"
+#include "support/tiny_tokenizer.h"
 
 namespace st {
 namespace {
@@ -66,66 +67,12 @@ std::string error_of(F&& f) {
   return "";
 }
 
-std::string cp_utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6)), s += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += char(0xE0 | (cp >> 12)), s += char(0x80 | ((cp >> 6) & 0x3F)), s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xF0 | (cp >> 18)), s += char(0x80 | ((cp >> 12) & 0x3F)), s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
-
-// ---- a small byte-level tokenizer.json written here ---------------------------------------
-
-std::string byte_symbol(int b) {
-  static const auto table = [] {
-    std::array<uint32_t, 256> t{};
-    uint32_t extra = 0;
-    for (int i = 0; i < 256; ++i) {
-      const bool p = (i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || (i >= 0xAE && i <= 0xFF);
-      t[i] = p ? uint32_t(i) : 0x100 + extra++;
-    }
-    return t;
-  }();
-  return cp_utf8(table[b]);
-}
+using st::testing::byte_symbol;
 
 // 256 byte symbols (byte b has id b), the given merges (their results get the
 // next ids), <|endoftext|> after them; the Qwen2 pipeline.
 json small_tokenizer_json(const std::vector<std::pair<std::string, std::string>>& merges) {
-  json vocab = json::object(), jm = json::array();
-  int id = 0;
-  for (int b = 0; b < 256; ++b) vocab[byte_symbol(b)] = id++;
-  for (const auto& [a, b] : merges) {
-    if (!vocab.contains(a + b)) vocab[a + b] = id++;
-    jm.push_back(a + " " + b);
-  }
-  const std::string regex =
-      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-  json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
-  return {{"version", "1.0"},
-          {"truncation", nullptr},
-          {"padding", nullptr},
-          {"added_tokens",
-           {{{"id", id}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-             {"normalized", false}, {"special", true}}}},
-          {"normalizer", {{"type", "NFC"}}},
-          {"pre_tokenizer",
-           {{"type", "Sequence"},
-            {"pretokenizers",
-             {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}}, bl}}}},
-          {"post_processor", bl},
-          {"decoder", bl},
-          {"model",
-           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
-            {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-            {"vocab", vocab}, {"merges", jm}}}};
+  return json::parse(st::testing::tokenizer_json(st::testing::byte_level_tokenizer(merges, {"<|endoftext|>"})));
 }
 
 Tokenizer load_small(const json& j, const std::string& name) {
@@ -368,7 +315,7 @@ std::vector<std::string> varied_texts() {
       const auto [lo, hi] = ranges[rng() % ranges.size()];
       uint32_t cp = lo + rng() % (hi - lo + 1);
       if (cp >= 0xD800 && cp <= 0xDFFF) cp = 'x';
-      s += cp_utf8(cp);
+      s += st::testing::utf8(cp);
     }
     v.push_back(s);
   }

@@ -1,7 +1,8 @@
-// A tiny synthetic Qwen2-style tokenizer (the real Qwen files are not needed): the
-// 256 byte-level symbols, a few merges, three added tokens, the Qwen2 pipeline. Used
-// by fuzz_tokenizer_encode (as its fixed tokenizer) and by make_corpus (seeds for
-// fuzz_tokenizer, in both the tokenizer.json and the vocab.json + merges.txt forms).
+// Small synthetic Qwen2-style tokenizers (the real Qwen files are not needed): the 256
+// byte-level symbols, merges, added tokens, the Qwen2 pipeline, written in the
+// tokenizer.json and the vocab.json + merges.txt forms. Used by the tokenizer tests
+// (tests/data/test_tokenizer.cpp), by fuzz_tokenizer_encode (its fixed tokenizer) and
+// by fuzz/make_corpus (seeds for fuzz_tokenizer).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace fuzz {
+namespace st::testing {
 
 inline std::string utf8(uint32_t cp) {
   std::string s;
@@ -20,8 +21,13 @@ inline std::string utf8(uint32_t cp) {
   } else if (cp < 0x800) {
     s += static_cast<char>(0xC0 | (cp >> 6));
     s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
+  } else if (cp < 0x10000) {
     s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
     s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
     s += static_cast<char>(0x80 | (cp & 0x3F));
   }
@@ -51,22 +57,29 @@ struct TinyTokenizer {
   std::vector<std::pair<std::string, int>> added;  // content, id
 };
 
-// Byte b has id b; each merge's result the next id; then the added tokens. "Ġ" is the
-// byte-level spelling of a space. The merges make a few words, "é" (C3 A9) and "ä½ł"
-// (E4 BD A0, a CJK character) whole tokens, so that BPE and NFC both have work to do.
-inline TinyTokenizer tiny_tokenizer() {
+// Byte b has id b; each merge's result (when new) the next id; then the added tokens.
+inline TinyTokenizer byte_level_tokenizer(std::vector<std::pair<std::string, std::string>> merges,
+                                          const std::vector<std::string>& added) {
   TinyTokenizer t;
   int id = 0;
   for (int b = 0; b < 256; ++b) t.vocab[byte_symbol(b)] = id++;
-  const std::string sp = byte_symbol(' '), nl = byte_symbol('\n');
-  t.merges = {{"t", "h"}, {"th", "e"}, {sp, "the"}, {"i", "n"}, {sp, "in"}, {"e", "r"}, {sp, "t"},
-              {"a", "n"}, {"an", "d"}, {sp, "and"}, {"o", "n"}, {nl, nl}, {sp, sp},
-              {byte_symbol(0xC3), byte_symbol(0xA9)}, {byte_symbol(0xE4), byte_symbol(0xBD)},
-              {byte_symbol(0xE4) + byte_symbol(0xBD), byte_symbol(0xA0)}, {"1", "2"}, {"'", "s"}};
+  t.merges = std::move(merges);
   for (const auto& [a, b] : t.merges)
     if (!t.vocab.contains(a + b)) t.vocab[a + b] = id++;
-  for (const char* s : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) t.added.emplace_back(s, id++);
+  for (const std::string& s : added) t.added.emplace_back(s, id++);
   return t;
+}
+
+// "Ġ" is the byte-level spelling of a space. The merges make a few words, "é" (C3 A9)
+// and "ä½ł" (E4 BD A0, a CJK character) whole tokens, so that BPE and NFC both have
+// work to do.
+inline TinyTokenizer tiny_tokenizer() {
+  const std::string sp = byte_symbol(' '), nl = byte_symbol('\n');
+  return byte_level_tokenizer({{"t", "h"}, {"th", "e"}, {sp, "the"}, {"i", "n"}, {sp, "in"}, {"e", "r"}, {sp, "t"},
+                               {"a", "n"}, {"an", "d"}, {sp, "and"}, {"o", "n"}, {nl, nl}, {sp, sp},
+                               {byte_symbol(0xC3), byte_symbol(0xA9)}, {byte_symbol(0xE4), byte_symbol(0xBD)},
+                               {byte_symbol(0xE4) + byte_symbol(0xBD), byte_symbol(0xA0)}, {"1", "2"}, {"'", "s"}},
+                              {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
 }
 
 inline nlohmann::ordered_json added_token_json(const std::string& content, int id) {
@@ -120,4 +133,4 @@ inline std::string tokenizer_config_json(const TinyTokenizer& t) {
       .dump();
 }
 
-}  // namespace fuzz
+}  // namespace st::testing
