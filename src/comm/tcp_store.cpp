@@ -541,7 +541,6 @@ std::string local_ip_of(int fd) {
 
 TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s, const std::string& job_id)
     : address_((addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + std::to_string(port)),
-      job_id_(job_id),
       rank_(rank),
       world_(world),
       timeout_s_(timeout_s) {

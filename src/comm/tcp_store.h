@@ -69,7 +69,7 @@ class TcpStore final : public gloo::rendezvous::Store {
   void wait_for(const std::vector<std::string>& keys, double timeout_s);
   [[noreturn]] void fail_timeout(double timeout_s, const std::string& what);
 
-  std::string address_, local_ip_, job_id_;
+  std::string address_, local_ip_;
   int rank_, world_;
   double timeout_s_;
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 only
