@@ -282,12 +282,10 @@ void validate_model_config(const ModelConfig& c) {
     fail_config(src, ": rms_norm_eps must be a positive number, got ", c.rms_norm_eps);
   if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
     fail_config(src, ": rope_theta must be a positive number, got ", c.rope_theta);
-  // num_params() multiplies in 64 bits: the count must fit with room to spare (2^48
-  // parameters would need petabytes; the memory check refuses far smaller models).
-  const __int128 C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size, L = c.num_layers;
-  const __int128 per_layer = 2 * C * C + 2 * C * c.num_kv_heads * c.head_dim() + 3 * C * F + 4 * C;
-  const __int128 params = V * C * (c.tie_word_embeddings ? 1 : 2) + L * per_layer + C;
-  if (params > (static_cast<__int128>(1) << 48))
+  // 2^48 parameters would need petabytes (the memory check refuses far smaller models);
+  // num_params() counts in 128 bits, saturated, so it cannot wrap here.
+  const long long params = c.num_params();
+  if (params > (1LL << 48))
     fail_config(src, ": the model would have about ", static_cast<double>(params),
                 " parameters (vocab_size ", c.vocab_size, ", hidden_size ", c.hidden_size, ", intermediate_size ",
                 c.intermediate_size, ", num_hidden_layers ", c.num_layers, "), more than 2^48: far beyond any memory");

@@ -22,6 +22,24 @@ Recompute parse_recompute(const std::string& name) {
   fail("train.recompute: unknown choice '", name, "' (one of ", all, ")");
 }
 
+namespace {
+
+// Which activations a recompute choice leaves out (recomputed in backward): the
+// constructor allocates by it and activation_bytes_for counts by it.
+struct Dropped {
+  bool ln1, ln2, attn, mid, gu, sw;
+};
+Dropped dropped_by(Recompute r) {
+  return {r == Recompute::Norm || r == Recompute::Attn || r == Recompute::Block,
+          r == Recompute::Norm || r == Recompute::Ffn || r == Recompute::Block,
+          r == Recompute::Attn || r == Recompute::Block,
+          r == Recompute::Block,
+          r == Recompute::Ffn || r == Recompute::Block,
+          r == Recompute::Swiglu || r == Recompute::Ffn || r == Recompute::Block};
+}
+
+}  // namespace
+
 Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk,
                        Recompute recompute)
     : layout_(layout), be_(backend), dt_(dtype), st_(dtype == DType::F64 ? DType::F64 : DType::F32), B_(B), T_(T),
@@ -55,13 +73,8 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
     make(v[0], d, n);  // one buffer, refilled for each layer (recomputed in backward)
     for (auto& t : v) t = v[0];
   };
-  const Recompute r = recompute;
-  drop_ln1_ = r == Recompute::Norm || r == Recompute::Attn || r == Recompute::Block;
-  drop_ln2_ = r == Recompute::Norm || r == Recompute::Ffn || r == Recompute::Block;
-  drop_attn_ = r == Recompute::Attn || r == Recompute::Block;
-  drop_mid_ = r == Recompute::Block;
-  drop_gu_ = r == Recompute::Ffn || r == Recompute::Block;
-  drop_sw_ = r == Recompute::Swiglu || r == Recompute::Ffn || r == Recompute::Block;
+  const Dropped d = dropped_by(recompute);
+  drop_ln1_ = d.ln1, drop_ln2_ = d.ln2, drop_attn_ = d.attn, drop_mid_ = d.mid, drop_gu_ = d.gu, drop_sw_ = d.sw;
   const size_t N = N_, C = C_, F = F_;
   make(tokens_, DType::I32, N);
   make(targets_, DType::I32, N);
@@ -109,18 +122,14 @@ uint64_t Qwen2Model::activation_bytes_for(const ModelConfig& c, DType dtype, int
           H = c.num_heads, hd = c.num_heads > 0 ? c.head_dim() : 0, QKV = (H + 2 * static_cast<U>(c.num_kv_heads)) * hd,
           L = c.num_layers;
   const U chunk = head_chunk > 0 ? std::min<U>(head_chunk, N) : N;
-  const bool drop_ln1 = r == Recompute::Norm || r == Recompute::Attn || r == Recompute::Block;
-  const bool drop_ln2 = r == Recompute::Norm || r == Recompute::Ffn || r == Recompute::Block;
-  const bool drop_attn = r == Recompute::Attn || r == Recompute::Block, drop_mid = r == Recompute::Block;
-  const bool drop_gu = r == Recompute::Ffn || r == Recompute::Block;
-  const bool drop_sw = r == Recompute::Swiglu || r == Recompute::Ffn || r == Recompute::Block;
+  const Dropped d = dropped_by(r);
   auto per_layer = [&](bool shared) -> U { return shared ? (L > 0 ? 1 : 0) : L; };
   U bytes = 2 * N * i32                                   // tokens, targets
             + (L + 1) * N * C * dt                        // resid
-            + per_layer(drop_ln1) * N * C * dt + per_layer(drop_ln2) * N * C * dt
+            + per_layer(d.ln1) * N * C * dt + per_layer(d.ln2) * N * C * dt
             + 2 * L * N * st                              // rstd1, rstd2
-            + per_layer(drop_attn) * (N * QKV * dt + N * H * hd * dt + static_cast<U>(B) * H * T * st)
-            + per_layer(drop_mid) * N * C * dt + per_layer(drop_gu) * N * 2 * F * dt + per_layer(drop_sw) * N * F * dt
+            + per_layer(d.attn) * (N * QKV * dt + N * H * hd * dt + static_cast<U>(B) * H * T * st)
+            + per_layer(d.mid) * N * C * dt + per_layer(d.gu) * N * 2 * F * dt + per_layer(d.sw) * N * F * dt
             + N * C * dt + N * st + chunk * V * dt + N * st   // lnf, rstdf, logits, losses
             + 3 * N * C * dt + N * H * hd * dt + N * QKV * dt + N * 2 * F * dt + N * F * dt;  // backward scratch
   return bytes > std::numeric_limits<uint64_t>::max() ? std::numeric_limits<uint64_t>::max()
