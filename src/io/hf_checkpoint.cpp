@@ -144,24 +144,11 @@ nlohmann::json source_config(const std::string& path) {
   return j;
 }
 
-}  // namespace
-
-void export_hf_model(const std::string& dir, const ParamLayout& layout,
-                     const std::vector<std::vector<float>>& units, const ExportOptions& options) {
-  if (!options.config_from.empty()) source_config(options.config_from);  // refused before anything is written
-  ST_CHECK(options.dtype == DType::BF16 || options.dtype == DType::F32, "export: dtype must be bf16 or f32, got ",
-           dtype_name(options.dtype));
-  ST_CHECK(units.size() == static_cast<size_t>(layout.num_units()), "export: expected ", layout.num_units(),
-           " units of weights, got ", units.size());
-  check_export_dir(dir, options.overwrite);
-  // The whole model goes into a new directory beside `dir`, which then takes its
-  // place: a reader sees the old model or the new one, and no file of the old one
-  // (a shard the new one does not have) survives.
-  replace_directory(dir, "export", [&](const std::string& stage) { write_model_files(stage, layout, units, options); });
-}
-
+// The files of an export, written into `dir` as they are (no staging); config.json is
+// `cfg` (the source's keys, or none) with the model's keys over it.
 void write_model_files(const std::string& dir, const ParamLayout& layout,
-                       const std::vector<std::vector<float>>& units, const ExportOptions& options) {
+                       const std::vector<std::vector<float>>& units, const ExportOptions& options,
+                       nlohmann::json cfg) {
   std::error_code ec;
 
   // Convert each tensor into its own buffer in the export dtype.
@@ -186,7 +173,6 @@ void write_model_files(const std::string& dir, const ParamLayout& layout,
   }
   write_safetensors_sharded(dir, tensors, options.max_shard_bytes, {{"format", "pt"}});
 
-  nlohmann::json cfg = options.config_from.empty() ? nlohmann::json::object() : source_config(options.config_from);
   const ModelConfig& mc = layout.config();
   const nlohmann::json ours = hf_config_json(mc);
   for (const auto& [key, value] : ours.items()) cfg[key] = value;
@@ -205,6 +191,25 @@ void write_model_files(const std::string& dir, const ParamLayout& layout,
   }
   fs::rename(tmp, path, ec);
   ST_CHECK(!ec, "export: cannot rename '", tmp, "' to '", path, "': ", ec.message());
+}
+
+}  // namespace
+
+void export_hf_model(const std::string& dir, const ParamLayout& layout,
+                     const std::vector<std::vector<float>>& units, const ExportOptions& options) {
+  // Read (and refused when bad) before anything is written.
+  const nlohmann::json source =
+      options.config_from.empty() ? nlohmann::json::object() : source_config(options.config_from);
+  ST_CHECK(options.dtype == DType::BF16 || options.dtype == DType::F32, "export: dtype must be bf16 or f32, got ",
+           dtype_name(options.dtype));
+  ST_CHECK(units.size() == static_cast<size_t>(layout.num_units()), "export: expected ", layout.num_units(),
+           " units of weights, got ", units.size());
+  check_export_dir(dir, options.overwrite);
+  // The whole model goes into a new directory beside `dir`, which then takes its
+  // place: a reader sees the old model or the new one, and no file of the old one
+  // (a shard the new one does not have) survives.
+  replace_directory(dir, "export",
+                    [&](const std::string& stage) { write_model_files(stage, layout, units, options, source); });
 }
 
 }  // namespace st

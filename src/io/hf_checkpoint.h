@@ -33,10 +33,6 @@ void check_export_dir(const std::string& dir, bool overwrite);
 const std::vector<std::string>& export_dtypes();
 DType parse_export_dtype(const std::string& name);
 
-// The files of export_hf_model, written into `dir` as they are (no staging).
-void write_model_files(const std::string& dir, const ParamLayout& layout,
-                       const std::vector<std::vector<float>>& units, const ExportOptions& options);
-
 // Writes config.json and the safetensors file(s) that Qwen2ForCausalLM.from_pretrained
 // reads. Each file is written to a temporary name and renamed into place.
 void export_hf_model(const std::string& dir, const ParamLayout& layout,
