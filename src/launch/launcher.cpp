@@ -140,14 +140,18 @@ struct Rank {
   Stream out, err;
 };
 
+// A wait status that is not an exit: "killed by signal 9 (SIGKILL)[, core dumped]" or
+// "ended with wait status N".
+std::string not_exited(int status) {
+  if (WIFSIGNALED(status))
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + signal_name(WTERMSIG(status)) + ")" +
+           (WCOREDUMP(status) ? ", core dumped" : "");
+  return "ended with wait status " + std::to_string(status);
+}
+
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    return "was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")" +
-           (WCOREDUMP(status) ? ", core dumped" : "");
-  }
-  return "ended with wait status " + std::to_string(status);
+  return (WIFSIGNALED(status) ? "was " : "") + not_exited(status);
 }
 
 // A rank's state as its line says it: "exited 0", "failed with exit code 3", "killed
@@ -158,11 +162,8 @@ std::string rank_state(const Rank& r) {
   std::string s;
   if (WIFEXITED(r.status))
     s = WEXITSTATUS(r.status) == 0 ? "exited 0" : "failed with exit code " + std::to_string(WEXITSTATUS(r.status));
-  else if (WIFSIGNALED(r.status))
-    s = "killed by signal " + std::to_string(WTERMSIG(r.status)) + " (" + signal_name(WTERMSIG(r.status)) + ")" +
-        (WCOREDUMP(r.status) ? ", core dumped" : "");
   else
-    s = "ended with wait status " + std::to_string(r.status);
+    s = not_exited(r.status);
   if (r.sent) s += ", after the launcher sent " + signal_name(r.sent);
   return s;
 }
