@@ -82,15 +82,21 @@ void replace_directory(const std::string& dir, const std::string& what,
 
 void write_text_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(tmp, ": cannot write: ", std::strerror(errno));
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) fail(tmp, ": cannot write: ", std::strerror(errno));
+  try {
     out << text;
     out.flush();
     if (!out) fail(tmp, ": write failed (disk full?)");
+    out.close();
+    fsync_path(tmp, false);
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+      fail(path, ": cannot rename ", tmp, " into place: ", std::strerror(errno));
+  } catch (...) {
+    // A failed write leaves nothing behind: not the partial file under its .tmp name.
+    ::unlink(tmp.c_str());
+    throw;
   }
-  fsync_path(tmp, false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(path, ": cannot rename ", tmp, " into place: ", std::strerror(errno));
 }
 
 }  // namespace st

@@ -1068,15 +1068,7 @@ void check_report_path(const std::string& path) {
 
 void write_report(const std::string& path, const std::string& html) {
   check_report_path(path);
-  std::error_code ec;
-  try {
-    write_text_atomic(path, html);
-  } catch (...) {
-    // write_text_atomic writes path.tmp first: a failed write leaves nothing behind.
-    const std::string tmp = path + ".tmp";
-    if (fs::is_regular_file(tmp, ec)) fs::remove(tmp, ec);
-    throw;
-  }
+  write_text_atomic(path, html);  // a failed write leaves nothing behind
 }
 
 }  // namespace st

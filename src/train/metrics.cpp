@@ -15,13 +15,11 @@
 namespace st {
 
 namespace {
+// human_duration, with tenths of a second under a minute (the elapsed time).
 std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0 || std::llround(s) >= 60) return human_duration(s);
   char buf[32];
-  if (!std::isfinite(s) || s < 0) return "?";
-  const int t = static_cast<int>(s + 0.5);
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", t / 3600, t / 60 % 60);
-  else if (t >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", t / 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%.1fs", s);
+  std::snprintf(buf, sizeof buf, "%.1fs", s);
   return buf;
 }
 }  // namespace
