@@ -252,11 +252,10 @@ void read_metrics(RunData& r, const std::string& path) {
       const json& t = j.at("transport_report");
       if (!t.is_object()) fail_data(where, ": \"transport_report\" must be an object, got ", t.type_name());
       try {
-        (void)fabric_report_from_json(t);
+        r.transport = fabric_report_from_json(t);
       } catch (const json::exception& e) {
         fail_data(where, ": malformed transport report: ", json_message(e));
       }
-      r.transport = t;
       continue;
     }
     if (!j.contains("step")) continue;  // a record of another kind
@@ -333,9 +332,8 @@ void find_world(RunData& r) {
     r.world_from = "summary.json";
     return;
   }
-  if (r.transport && r.transport->contains("ranks") && r.transport->at("ranks").is_array() &&
-      !r.transport->at("ranks").empty()) {
-    r.world = static_cast<int>(r.transport->at("ranks").size());
+  if (r.transport && !r.transport->ranks.empty()) {
+    r.world = static_cast<int>(r.transport->ranks.size());
     r.world_from = "transport report";
     return;
   }
@@ -373,9 +371,8 @@ std::string dir_name(const std::string& dir) {
 std::string transport_of(const RunData& r) {
   if (r.config.fabric.transport != "auto") return r.config.fabric.transport;
   if (!r.transport) return "";
-  const FabricReport f = fabric_report_from_json(*r.transport);
   std::set<std::string> kinds;
-  for (const TransportSummary& s : f.ranks)
+  for (const TransportSummary& s : r.transport->ranks)
     for (const std::string& n : s.networks) {
       std::string k = net_kind(n, s.ofi_provider);
       if (k.rfind("net:", 0) == 0) k = k.substr(4);
@@ -826,7 +823,7 @@ std::string run_card(const RunData& r, size_t i) {
   }
   if (r.transport) {
     std::string lines;
-    for (const std::string& l : format_transport_report(fabric_report_from_json(*r.transport))) lines += l + "\n";
+    for (const std::string& l : format_transport_report(*r.transport)) lines += l + "\n";
     row(o, "transport", "<pre>" + esc(lines) + "</pre>");
   } else {
     row(o, "transport", "<span class=\"small\">no transport report (no NCCL communicator)</span>");

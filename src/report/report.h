@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fabric/report.h"
 #include "train/run_config.h"
 
 namespace st {
@@ -34,7 +35,7 @@ struct RunData {
   RunConfig config;           // config.toml, as `shardtrain train --config` reads it
   std::string model_note;     // why the model's dimensions are unknown ("" when they are known)
   std::optional<nlohmann::json> summary;    // summary.json, when the run wrote one
-  std::optional<nlohmann::json> transport;  // the last {"transport_report": ...} of metrics.jsonl
+  std::optional<FabricReport> transport;    // the last {"transport_report": ...} of metrics.jsonl
   std::optional<nlohmann::json> profile;    // profile.json, when there
   std::vector<StepRecord> steps;            // by step; a step logged twice (a resumed run) keeps its last record
 
