@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "deploy/cluster_file.h"
 #include "fuzz_util.h"
-#include "train/run_config.h"
+#include "config/run_config.h"
 
 namespace {
 

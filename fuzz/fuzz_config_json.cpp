@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "fuzz_util.h"
-#include "model/config.h"
+#include "config/model_config.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "fuzz_util.h"
-#include "train/run_config.h"
+#include "config/run_config.h"
 
 namespace {
 

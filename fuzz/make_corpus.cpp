@@ -17,9 +17,9 @@
 #include "io/checkpoint.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
-#include "model/config.h"
+#include "config/model_config.h"
 #include "tiny_tokenizer.h"
-#include "train/run_config.h"
+#include "config/run_config.h"
 
 namespace {
 

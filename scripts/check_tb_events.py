@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-# What shardtrain writes at every step (src/train/tb_events.cpp, step_scalar_tags).
+# What shardtrain writes at every step (src/metrics/tb_events.cpp, step_scalar_tags).
 STEP_TAGS = [
     "train/loss",
     "train/lr",

@@ -20,7 +20,7 @@ packages=(
   libpcre2-dev           # tokenizer: the pre-tokenizer regex (PCRE2, JIT)
   libutf8proc-dev        # tokenizer: NFC normalization
   libprotobuf-dev        # TensorBoard events: tensorflow.Event records (protobuf lite runtime)
-  protobuf-compiler      # TensorBoard events: protoc for src/train/tb_event.proto
+  protobuf-compiler      # TensorBoard events: protoc for src/metrics/tb_event.proto
   libisal-dev            # TensorBoard events: CRC32C of the TFRecord framing (Intel ISA-L)
 )
 tests=${SHARDTRAIN_TESTS:-ON}

@@ -30,11 +30,6 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
 }
 #endif
 
-const std::vector<std::string>& backend_devices() {
-  static const std::vector<std::string> v = {"cpu", "cuda"};
-  return v;
-}
-
 int visible_devices(const std::string& device, std::string* why) {
   if (device == "cpu") return 1;
 #ifdef SHARDTRAIN_HAVE_CUDA

@@ -16,9 +16,6 @@ namespace st {
 std::unique_ptr<Backend> make_backend(const std::string& device, int device_index = 0,
                                       const std::string& option = "train.device");
 
-// The devices a run can train on ("cpu", "cuda"): the choices of train.device.
-const std::vector<std::string>& backend_devices();
-
 // How many devices of that kind this process can see: 1 for the CPU; for CUDA the
 // visible GPUs (0 in a build without CUDA, or when none is found; `why` then says
 // why where it can).

@@ -23,7 +23,7 @@
 #include "deploy/render.h"
 #include "deploy/tools.h"
 #include "deploy/verify.h"
-#include "io/files.h"
+#include "core/files.h"
 
 namespace st {
 namespace {
@@ -31,7 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // dir/file, its directories made, written through a temporary name and a rename
-// (io/files.h): a rerun replaces each file whole.
+// (core/files.h): a rerun replaces each file whole.
 void write_file(const fs::path& dir, const std::string& file, const std::string& text) {
   const fs::path path = dir / file;
   std::error_code ec;

@@ -8,7 +8,7 @@
 #include "cli/validators.h"
 #include "core/error.h"
 #include "io/hf_checkpoint.h"
-#include "model/config.h"
+#include "config/model_config.h"
 #include "model/init.h"
 #include "model/layout.h"
 

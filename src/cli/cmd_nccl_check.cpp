@@ -15,8 +15,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "cli/rank_bringup.h"
-#include "fabric/nccl_check.h"
-#include "fabric/report.h"
+#include "netcheck/nccl_check.h"
+#include "fabric/transport_report.h"
 
 namespace st {
 

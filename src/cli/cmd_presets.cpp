@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "core/log.h"
-#include "model/config.h"
+#include "config/model_config.h"
 
 namespace st {
 

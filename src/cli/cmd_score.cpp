@@ -11,7 +11,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "io/files.h"
+#include "core/files.h"
 #include "data/token_file.h"
 #include "io/hf_checkpoint.h"
 #include "io/npy.h"

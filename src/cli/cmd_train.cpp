@@ -6,7 +6,7 @@
 #include "cli/commands.h"
 #include "cli/rank_bringup.h"
 #include "train/memory_check.h"
-#include "train/run_config.h"
+#include "config/run_config.h"
 #include "train/trainer.h"
 
 namespace st {

@@ -2,7 +2,7 @@
 
 #include "backend/factory.h"
 #include "core/log.h"
-#include "fabric/probe.h"
+#include "netcheck/probe.h"
 
 namespace st {
 

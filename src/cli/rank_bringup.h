@@ -10,7 +10,7 @@
 #include "backend/backend.h"
 #include "comm/process_groups.h"
 #include "fabric/profile.h"
-#include "fabric/report.h"
+#include "fabric/transport_report.h"
 #include "launch/env.h"
 
 namespace st {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "config/options.h"  // DistOptions
 #include "comm/comm.h"
 
 namespace st {
@@ -27,13 +28,6 @@ struct Rendezvous {
   // The job's identity (DistEnv::job_id): rank 0's store refuses a rank that brings
   // another one, naming both jobs. Empty: not checked.
   std::string job_id;
-};
-
-// The [dist] section of the run configuration.
-struct DistOptions {
-  int shard_group_size = 0;           // 0 = shard over all ranks (FSDP); G = HSDP groups of G
-  bool reshard_after_forward = true;  // FSDP: free gathered weights after forward
-  double timeout_s = 300;             // limit on every collective and rendezvous wait
 };
 
 struct ProcessGroups {

@@ -4,11 +4,6 @@
 
 namespace st {
 
-const std::vector<std::string>& data_sources() {
-  static const std::vector<std::string> v = {"random", "text", "tokens"};
-  return v;
-}
-
 std::unique_ptr<TokenSource> make_token_source(const DataOptions& options, int vocab_size, uint64_t seed,
                                                int seq_len) {
   if (options.source == "random") return make_random_source(vocab_size, seed);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "config/options.h"  // DataOptions, data_sources()
+
 namespace st {
 
 struct Batch {
@@ -26,16 +28,6 @@ struct BatchPosition {
            static_cast<uint64_t>(rank) * B + b;
   }
 };
-
-// The [data] section of the run configuration.
-struct DataOptions {
-  std::string source = "text";                                  // one of data_sources()
-  std::vector<std::string> paths = {"/usr/share/common-licenses"};  // text: files or directories; tokens: prepared directories
-  int ignore_index = -100;                                      // target id the loss skips (negative)
-};
-
-// The kinds of data.source: random, text, tokens.
-const std::vector<std::string>& data_sources();
 
 class TokenSource {
  public:

@@ -28,7 +28,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "data/source.h"
-#include "io/files.h"
+#include "core/files.h"
 #include "io/json_integer.h"
 
 namespace st {

@@ -4,181 +4,81 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <functional>
-#include <sstream>
 #include <toml++/toml.h>
 
+#include "config/schema.h"
 #include "core/error.h"
-#include "train/toml_text.h"
+#include "config/toml_text.h"
 
 namespace st {
 namespace {
 
 namespace fs = std::filesystem;
 
-// One key of the file: its dotted name, what it must be, and where it goes.
-struct Key {
-  std::string name;
-  std::string expects;  // "a string", ...
-  std::function<void(const toml::node&, const std::string& where)> set;
-  std::vector<std::string> choices = {};
-};
+// The file's keys, bound to `spec`: one schema (config/schema.h) as the run
+// configuration has, so both files are read and refused alike.
+void node_group_keys(std::vector<Key>& keys, const std::string& sec, NodeGroupSpec& g) {
+  keys.push_back({sec + ".name", &g.name, "eksctl node group name"});
+  keys.push_back({sec + ".instance_type", &g.instance_type, "EC2 instance type"});
+  keys.push_back({sec + ".count", &g.count, "nodes", closed(1, 1000)});
+  keys.push_back({sec + ".zones", &g.zones, "availability zones (empty: the cluster's)"});
+  keys.push_back({sec + ".efa", &g.efa, "attach EFA interfaces"});
+  keys.push_back({sec + ".capacity", &g.capacity, "on-demand or a capacity reservation", {}, {"on-demand", "reservation"}});
+  keys.push_back({sec + ".capacity_reservation_id", &g.capacity_reservation_id, "cr-... (capacity = reservation)"});
+  keys.push_back({sec + ".volume_gib", &g.volume_gib, "root volume size", closed(20, 16384)});
+  keys.push_back({sec + ".labels", &g.labels, "extra node labels"});
+  if (sec == "nodes.gpu") keys.push_back({sec + ".placement_group", &g.placement_group, "cluster placement group"});
+}
 
-class Reader {
- public:
-  Reader(ClusterSpec& spec, std::string file) : spec_(spec), file_(std::move(file)) {}
-
-  [[noreturn]] void bad(const std::string& key, const toml::node& n, const std::string& what) const {
-    fail(file_, ": ", key, " ", what, toml_line_text(n));
-  }
-
-  void string(const std::string& name, std::string& out, std::vector<std::string> choices = {}) {
-    keys_.push_back({name, choices.empty() ? "a string" : "one of " + join(choices),
-                     [this, name, &out, choices](const toml::node& n, const std::string&) {
-                       if (!n.is_string()) bad(name, n, "must be a string, got " + toml_type_name(n));
-                       out = n.as_string()->get();
-                       if (!choices.empty() && std::find(choices.begin(), choices.end(), out) == choices.end())
-                         bad(name, n, "must be one of " + join(choices) + ", got '" + out + "'");
-                     },
-                     choices});
-  }
-  void integer(const std::string& name, int& out, long lo, long hi) {
-    keys_.push_back({name, "an integer", [this, name, &out, lo, hi](const toml::node& n, const std::string&) {
-                       if (!n.is_integer()) bad(name, n, "must be an integer, got " + toml_type_name(n));
-                       const long long v = n.as_integer()->get();
-                       if (v < lo || v > hi)
-                         bad(name, n, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                                          std::to_string(v));
-                       out = static_cast<int>(v);
-                     }});
-  }
-  void boolean(const std::string& name, bool& out) {
-    keys_.push_back({name, "true or false", [this, name, &out](const toml::node& n, const std::string&) {
-                       if (!n.is_boolean()) bad(name, n, "must be true or false, got " + toml_type_name(n));
-                       out = n.as_boolean()->get();
-                     }});
-  }
-  void strings(const std::string& name, std::vector<std::string>& out) {
-    keys_.push_back({name, "an array of strings", [this, name, &out](const toml::node& n, const std::string&) {
-                       if (!n.is_array()) bad(name, n, "must be an array of strings, got " + toml_type_name(n));
-                       out.clear();
-                       for (const toml::node& e : *n.as_array()) {
-                         if (!e.is_string()) bad(name, e, "must hold strings only, got " + toml_type_name(e));
-                         out.push_back(e.as_string()->get());
-                       }
-                     }});
-  }
-  // A table of string values (labels, env, subnets): its keys are the user's.
-  void string_map(const std::string& name, std::map<std::string, std::string>& out) {
-    keys_.push_back({name, "a table of strings", [this, name, &out](const toml::node& n, const std::string&) {
-                       if (!n.is_table()) bad(name, n, "must be a table of strings, got " + toml_type_name(n));
-                       for (const auto& [k, v] : *n.as_table()) {
-                         if (!v.is_string())
-                           bad(name + "." + std::string(k.str()), v, "must be a string, got " + toml_type_name(v));
-                         out[std::string(k.str())] = v.as_string()->get();
-                       }
-                     }});
-  }
-  // [train.set]: run-config keys ("train.steps" = 100), checked later by the run config.
-  void overrides(const std::string& name, ConfigOverrides& out) {
-    keys_.push_back({name, "a table of run configuration keys", [this, name, &out](const toml::node& n,
-                                                                                   const std::string&) {
-                       if (!n.is_table()) bad(name, n, "must be a table of run configuration keys, got " + toml_type_name(n));
-                       for (const auto& [k, v] : *n.as_table()) {
-                         const std::string key(k.str());
-                         std::string text;
-                         if (v.is_string()) {
-                           text = v.as_string()->get();
-                         } else if (v.is_integer()) {
-                           text = std::to_string(v.as_integer()->get());
-                         } else if (v.is_floating_point()) {
-                           std::ostringstream os;
-                           os.precision(17);
-                           os << v.as_floating_point()->get();
-                           text = os.str();
-                         } else if (v.is_boolean()) {
-                           text = v.as_boolean()->get() ? "true" : "false";
-                         } else if (v.is_array()) {
-                           for (const toml::node& e : *v.as_array()) {
-                             if (!e.is_string()) bad(name + ".\"" + key + "\"", e, "must hold strings only");
-                             text += (text.empty() ? "" : ",") + std::string(e.as_string()->get());
-                           }
-                         } else {
-                           bad(name + ".\"" + key + "\"", v, "must be a value, got " + toml_type_name(v) +
-                                                               " (write run-config keys quoted: \"train.steps\" = 100)");
-                         }
-                         out.emplace_back(key, text);
-                       }
-                     }});
-  }
-
-  void read(const toml::table& root) { walk(root, ""); }
-
- private:
-  static std::string join(const std::vector<std::string>& v) {
-    std::string s;
-    for (const std::string& x : v) s += (s.empty() ? "" : ", ") + (x.empty() ? std::string("\"\"") : x);
-    return s;
-  }
-  const Key* find(const std::string& name) const {
-    for (const Key& k : keys_)
-      if (k.name == name) return &k;
-    return nullptr;
-  }
-  bool is_table_prefix(const std::string& name) const {
-    for (const Key& k : keys_)
-      if (k.name.rfind(name + ".", 0) == 0) return true;
-    return false;
-  }
-  std::string known_under(const std::string& prefix) const {
-    std::string s;
-    for (const Key& k : keys_) {
-      if (!prefix.empty() && k.name.rfind(prefix + ".", 0) != 0) continue;
-      const std::string rest = prefix.empty() ? k.name : k.name.substr(prefix.size() + 1);
-      const std::string first = rest.substr(0, rest.find('.'));
-      if (s.find(first) == std::string::npos) s += (s.empty() ? "" : ", ") + first;
-    }
-    return s;
-  }
-  void walk(const toml::table& t, const std::string& prefix) {
-    for (const auto& [k, v] : t) {
-      const std::string name = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
-      if (const Key* key = find(name)) {
-        key->set(v, file_);
-        continue;
-      }
-      if (is_table_prefix(name)) {
-        if (!v.is_table()) bad(name, v, "must be the table [" + name + "], got " + toml_type_name(v));
-        walk(*v.as_table(), name);
-        continue;
-      }
-      const std::string where = prefix.empty() ? "at the top level" : "in [" + prefix + "]";
-      fail(file_, ": unknown key '", name, "'", toml_line_text(v), " (known ", where, ": ", known_under(prefix), ")");
-    }
-  }
-
-  ClusterSpec& spec_;
-  std::string file_;
-  std::vector<Key> keys_;
-};
-
-void node_group_keys(Reader& r, const std::string& sec, NodeGroupSpec& g) {
-  r.string(sec + ".name", g.name);
-  r.string(sec + ".instance_type", g.instance_type);
-  r.integer(sec + ".count", g.count, 1, 1000);
-  r.strings(sec + ".zones", g.zones);
-  r.boolean(sec + ".efa", g.efa);
-  r.string(sec + ".capacity", g.capacity, {"on-demand", "reservation"});
-  r.string(sec + ".capacity_reservation_id", g.capacity_reservation_id);
-  r.integer(sec + ".volume_gib", g.volume_gib, 20, 16384);
-  r.string_map(sec + ".labels", g.labels);
-  if (sec == "nodes.gpu") r.string(sec + ".placement_group", g.placement_group);
+std::vector<Key> cluster_file_keys(ClusterSpec& spec) {
+  std::vector<Key> k = {
+      {"cluster.name", &spec.name, "EKS cluster name"},
+      {"cluster.region", &spec.region, "AWS region"},
+      {"cluster.kubernetes_version", &spec.kubernetes_version, "EKS Kubernetes version"},
+      {"cluster.zones", &spec.zones, "the control plane's zones"},
+      {"cluster.vpc.create", &spec.create_vpc, "create a VPC (false: use vpc.id)"},
+      {"cluster.vpc.id", &spec.vpc_id, "an existing VPC"},
+      {"cluster.vpc.private_subnets", &spec.private_subnets, "zone -> subnet id (existing VPC)"},
+      {"cluster.vpc.cidr", &spec.vpc_cidr, "the new VPC's CIDR"},
+      {"cluster.vpc.nat", &spec.nat, "NAT gateways", {}, {"Single", "HighlyAvailable"}},
+  };
+  node_group_keys(k, "nodes.system", spec.system);
+  node_group_keys(k, "nodes.gpu", spec.gpu);
+  const std::vector<Key> rest = {
+      {"image.repository", &spec.image_repository, "container image repository"},
+      {"image.digest", &spec.image_digest, "sha256:... the image is pinned to"},
+      {"image.tag", &spec.image_tag, "tag (unpinned images only)"},
+      {"image.base", &spec.base_image, "the Dockerfile's FROM"},
+      {"image.allow_unpinned", &spec.allow_unpinned, "allow an image without a digest"},
+      {"workload.engine", &spec.engine, "Kubernetes workload", {}, {"job", "kuberay", "pytorchjob"}},
+      {"workload.namespace", &spec.namespace_, "namespace"},
+      {"workload.name", &spec.job_name, "job name"},
+      {"workload.master_port", &spec.master_port, "rendezvous port", closed(1, 65535)},
+      {"workload.ray_version", &spec.ray_version, "Ray version (kuberay)"},
+      {"workload.backoff_limit", &spec.backoff_limit, "Job restarts of a failed pod", closed(0, 100)},
+      {"workload.checkpoint_claim", &spec.checkpoint_claim, "PersistentVolumeClaim for checkpoints"},
+      {"workload.resources.gpus", &spec.pod_gpus, "GPUs per worker pod", closed(1, 64)},
+      {"workload.resources.efa", &spec.pod_efa, "EFA devices per worker pod", closed(0, 64)},
+      {"workload.resources.cpu", &spec.pod_cpu, "CPUs per worker pod", closed(1, 1024)},
+      {"workload.resources.memory_gib", &spec.pod_memory_gib, "memory per worker pod", closed(1, 65536)},
+      {"workload.resources.shm_gib", &spec.shm_gib, "/dev/shm per worker pod", closed(1, 4096)},
+      {"helm.charts_dir", &spec.charts_dir, "install charts from local .tgz files"},
+      {"train.config", &spec.train_config, "run config TOML"},
+      {"train.set", &spec.train_set, "run-config keys and values"},
+      {"train.expect_transport", &spec.expect_transport, "transport every rank must see", {},
+       fabric_expect_transports()},
+      {"fabric.transport", &spec.transport, "fabric.transport of every rank", {}, fabric_transports()},
+      {"fabric.socket_ifname", &spec.socket_ifname, "NCCL_SOCKET_IFNAME"},
+      {"fabric.env", &spec.env, "more variables for every worker"},
+  };
+  k.insert(k.end(), rest.begin(), rest.end());
+  return k;
 }
 
 std::string instance_list() {
-  std::string s;
-  for (const InstanceFacts& f : instance_table()) s += (s.empty() ? "" : ", ") + f.type;
-  return s;
+  std::vector<std::string> types;
+  for (const InstanceFacts& f : instance_table()) types.push_back(f.type);
+  return join(types, ", ");
 }
 
 }  // namespace
@@ -221,43 +121,9 @@ static ClusterSpec load_cluster_file_unclassified(const std::string& path) {
 
   toml::table root = parse_toml_file(path, "the cluster file");
 
-  Reader r(spec, path);
-  r.string("cluster.name", spec.name);
-  r.string("cluster.region", spec.region);
-  r.string("cluster.kubernetes_version", spec.kubernetes_version);
-  r.strings("cluster.zones", spec.zones);
-  r.boolean("cluster.vpc.create", spec.create_vpc);
-  r.string("cluster.vpc.id", spec.vpc_id);
-  r.string_map("cluster.vpc.private_subnets", spec.private_subnets);
-  r.string("cluster.vpc.cidr", spec.vpc_cidr);
-  r.string("cluster.vpc.nat", spec.nat, {"Single", "HighlyAvailable"});
-  node_group_keys(r, "nodes.system", spec.system);
-  node_group_keys(r, "nodes.gpu", spec.gpu);
-  r.string("image.repository", spec.image_repository);
-  r.string("image.digest", spec.image_digest);
-  r.string("image.tag", spec.image_tag);
-  r.string("image.base", spec.base_image);
-  r.boolean("image.allow_unpinned", spec.allow_unpinned);
-  r.string("workload.engine", spec.engine, {"job", "kuberay", "pytorchjob"});
-  r.string("workload.namespace", spec.namespace_);
-  r.string("workload.name", spec.job_name);
-  r.integer("workload.master_port", spec.master_port, 1, 65535);
-  r.string("workload.ray_version", spec.ray_version);
-  r.integer("workload.backoff_limit", spec.backoff_limit, 0, 100);
-  r.string("workload.checkpoint_claim", spec.checkpoint_claim);
-  r.integer("workload.resources.gpus", spec.pod_gpus, 1, 64);
-  r.integer("workload.resources.efa", spec.pod_efa, 0, 64);
-  r.integer("workload.resources.cpu", spec.pod_cpu, 1, 1024);
-  r.integer("workload.resources.memory_gib", spec.pod_memory_gib, 1, 65536);
-  r.integer("workload.resources.shm_gib", spec.shm_gib, 1, 4096);
-  r.string("helm.charts_dir", spec.charts_dir);
-  r.string("train.config", spec.train_config);
-  r.overrides("train.set", spec.train_set);
-  r.string("train.expect_transport", spec.expect_transport, fabric_expect_transports());
-  r.string("fabric.transport", spec.transport, fabric_transports());
-  r.string("fabric.socket_ifname", spec.socket_ifname);
-  r.string_map("fabric.env", spec.env);
-  r.read(root);
+  Schema schema(cluster_file_keys(spec));
+  schema.read_toml(root, path);
+  schema.check();
 
   // What must be there, and names Kubernetes and AWS accept.
   auto need = [&](const std::string& v, const char* key) {

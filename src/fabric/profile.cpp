@@ -11,16 +11,6 @@
 
 namespace st {
 
-const std::vector<std::string>& fabric_transports() {
-  static const std::vector<std::string> v = {"auto", "efa", "ib", "socket"};
-  return v;
-}
-
-const std::vector<std::string>& fabric_expect_transports() {
-  static const std::vector<std::string> v = {"", "efa", "ib", "socket", "nvlink", "shm"};
-  return v;
-}
-
 const EnvDecision* FabricEnvPlan::find(const std::string& name) const {
   for (const EnvDecision& d : vars)
     if (d.name == name) return &d;

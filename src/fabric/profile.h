@@ -24,14 +24,9 @@
 #include <string>
 #include <vector>
 
-namespace st {
+#include "config/options.h"  // FabricOptions, fabric_transports()
 
-struct FabricOptions {
-  std::string transport = "auto";  // auto | efa | ib | socket
-  std::string socket_ifname;       // "" = NCCL's choice
-  std::string expect_transport;    // "" | efa | ib | socket | nvlink | shm
-  std::string log_dir;             // "" = <run.out_dir>/nccl
-};
+namespace st {
 
 struct EnvDecision {
   std::string name, value;
@@ -60,9 +55,5 @@ FabricEnvPlan apply_fabric_env(const FabricOptions& opts, int rank, const std::s
 
 // NCCL's expansion of NCCL_DEBUG_FILE: %h the host name, %p the pid, %% a percent.
 std::string expand_debug_file(const std::string& pattern, const std::string& host, long pid);
-
-// The choices, for messages and the config schema.
-const std::vector<std::string>& fabric_transports();         // auto, efa, ib, socket
-const std::vector<std::string>& fabric_expect_transports();  // "", efa, ib, socket, nvlink, shm
 
 }  // namespace st

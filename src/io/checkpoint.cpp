@@ -14,7 +14,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
-#include "io/files.h"
+#include "core/files.h"
 #include "io/json_integer.h"
 
 namespace st {

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/files.h"
+#include "core/files.h"
 #include "io/safetensors.h"
 
 namespace st {
@@ -96,11 +96,6 @@ static std::vector<std::vector<float>> load_hf_weights_unclassified(const std::s
 std::vector<std::vector<float>> load_hf_weights(const std::string& dir, const ParamLayout& layout) {
   // A checkpoint that cannot be read or does not match the model is a data error (exit 3).
   return classify_errors(ErrorKind::Data, [&] { return load_hf_weights_unclassified(dir, layout); });
-}
-
-const std::vector<std::string>& export_dtypes() {
-  static const std::vector<std::string> v = {"bf16", "f32"};
-  return v;
 }
 
 DType parse_export_dtype(const std::string& name) {

@@ -29,8 +29,7 @@ struct ExportOptions {
 // a model. Call before long work so that nothing is lost at the end.
 void check_export_dir(const std::string& dir, bool overwrite);
 
-// The dtypes an export can be written in ("bf16", "f32"), and the one a name means.
-const std::vector<std::string>& export_dtypes();
+// The dtype an export dtype name means (export_dtypes(), config/options.h: "bf16", "f32").
 DType parse_export_dtype(const std::string& name);
 
 // Writes config.json and the safetensors file(s) that Qwen2ForCausalLM.from_pretrained

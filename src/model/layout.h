@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "config/model_config.h"
 
 namespace st {
 

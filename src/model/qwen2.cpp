@@ -8,11 +8,6 @@
 
 namespace st {
 
-const std::vector<std::string>& recompute_choices() {
-  static const std::vector<std::string> names = {"none", "norm", "swiglu", "ffn", "attn", "block"};
-  return names;
-}
-
 Recompute parse_recompute(const std::string& name) {
   const auto& names = recompute_choices();
   for (size_t i = 0; i < names.size(); ++i)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "config/options.h"
 #include "model/layout.h"
 #include "model/param_provider.h"
 
@@ -27,7 +28,7 @@ struct LossSum {
 //           (C + QKV + C; the QKV GEMM, RoPE and the attention forward again)
 //   block:  all but the layer's input (the whole layer forward again)
 enum class Recompute { None, Norm, Swiglu, Ffn, Attn, Block };
-const std::vector<std::string>& recompute_choices();  // the names above, in order
+// The names of Recompute, in order: recompute_choices() (config/options.h).
 Recompute parse_recompute(const std::string& name);   // an error naming the choices
 
 class Qwen2Model {

@@ -14,9 +14,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "fabric/nccl_log.h"
-#include "fabric/report.h"
-#include "io/files.h"
-#include "train/toml_text.h"
+#include "fabric/transport_report.h"
+#include "core/files.h"
 
 namespace st {
 namespace {
@@ -152,72 +151,6 @@ void require_number(const json& obj, const std::string& key, const std::string& 
   const int line = line_of_key(text, key);
   fail_data(path, line ? ":" + std::to_string(line) : std::string(), ": \"", key, "\" must be a number, got ",
             v.type_name());
-}
-
-// ---- config.toml --------------------------------------------------------------------
-
-template <class T>
-void toml_get(const toml::table& t, const char* section, const char* key, T& out, const std::string& path) {
-  const toml::node* n = t[section][key].node();
-  if (!n) return;
-  auto bad = [&](const char* want) {
-    fail_data(path, ": ", section, ".", key, " must be ", want, ", got ", toml_type_name(*n), toml_line_text(*n));
-  };
-  if constexpr (std::is_same_v<T, std::string>) {
-    if (auto v = n->value<std::string>()) out = *v;
-    else bad("a string");
-  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-    const toml::array* a = n->as_array();
-    if (!a) bad("an array of strings");
-    out.clear();
-    for (const toml::node& e : *a) {
-      if (auto v = e.value<std::string>()) out.push_back(*v);
-      else bad("an array of strings");
-    }
-  } else if constexpr (std::is_integral_v<T>) {
-    if (auto v = n->value<int64_t>()) out = static_cast<T>(*v);
-    else bad("an integer");
-  } else {
-    if (auto v = n->value<double>()) out = *v;
-    else bad("a number");
-  }
-}
-
-void read_config(RunData& r, const std::string& path) {
-  const toml::table t = parse_toml_file(path, "the run's configuration");
-  RunConfig& c = r.config;
-  toml_get(t, "model", "preset", c.model_options.preset, path);
-  toml_get(t, "model", "config", c.model_options.config, path);
-  toml_get(t, "model", "init_from", c.model_options.init_from, path);
-  toml_get(t, "model", "layers", c.model_options.layers, path);
-  toml_get(t, "model", "hidden_size", c.model_options.hidden_size, path);
-  toml_get(t, "model", "intermediate_size", c.model_options.intermediate_size, path);
-  toml_get(t, "model", "heads", c.model_options.heads, path);
-  toml_get(t, "model", "kv_heads", c.model_options.kv_heads, path);
-  toml_get(t, "model", "vocab_size", c.model_options.vocab_size, path);
-  toml_get(t, "train", "steps", c.train.steps, path);
-  toml_get(t, "train", "seq_len", c.train.seq_len, path);
-  toml_get(t, "train", "micro_batch", c.train.micro_batch, path);
-  toml_get(t, "train", "grad_accum", c.train.grad_accum, path);
-  toml_get(t, "train", "device", c.train.device, path);
-  toml_get(t, "train", "recompute", c.train.recompute, path);
-  toml_get(t, "data", "source", c.data.source, path);
-  toml_get(t, "data", "paths", c.data.paths, path);
-  toml_get(t, "dist", "shard_group_size", c.dist.shard_group_size, path);
-  toml_get(t, "fabric", "transport", c.fabric.transport, path);
-  toml_get(t, "run", "out_dir", c.run.out_dir, path);
-  for (const auto& [key, v] : std::initializer_list<std::pair<const char*, int>>{
-           {"train.steps", c.train.steps}, {"train.seq_len", c.train.seq_len},
-           {"train.micro_batch", c.train.micro_batch}, {"train.grad_accum", c.train.grad_accum}})
-    if (v < 1) fail_data(path, ": ", key, " must be >= 1, got ", v);
-  // The model's dimensions, as the trainer resolved them; a config.json that is not
-  // on this machine (a run made elsewhere) leaves them unknown, and says so.
-  try {
-    c.model = load_run_config(path, {}).model;
-  } catch (const Error& e) {
-    r.model_note = e.what();
-    c.model = ModelConfig{};
-  }
 }
 
 // ---- metrics.jsonl ------------------------------------------------------------------
@@ -922,7 +855,7 @@ RunData read_run(const std::string& dir) {
     if (!fs::exists(base + f))
       fail_data(base, f, ": not found; a run directory (run.out_dir of `shardtrain train`) holds config.toml and "
                 "metrics.jsonl");
-  read_config(r, base + "config.toml");
+  r.config = read_run_config(base + "config.toml", &r.model_note);
   read_metrics(r, base + "metrics.jsonl");
   if (fs::exists(base + "summary.json")) read_summary(r, base + "summary.json");
   if (fs::exists(base + "profile.json")) read_profile(r, base + "profile.json");

@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fabric/report.h"
-#include "train/run_config.h"
+#include "fabric/transport_report.h"
+#include "config/run_config.h"
 
 namespace st {
 

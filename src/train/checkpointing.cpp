@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "core/error.h"
-#include "io/files.h"
+#include "core/files.h"
 #include "io/safetensors.h"
 
 namespace st {

@@ -11,7 +11,7 @@
 #include "comm/comm.h"
 #include "fsdp/fsdp.h"
 #include "io/checkpoint.h"
-#include "model/config.h"
+#include "config/model_config.h"
 
 namespace st {
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <string>
 
-#include "model/config.h"
+#include "config/model_config.h"
 
 namespace st {
 

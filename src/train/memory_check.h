@@ -7,7 +7,7 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "train/run_config.h"
+#include "config/run_config.h"
 
 namespace st {
 

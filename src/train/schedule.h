@@ -4,19 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
-namespace st {
+#include "config/options.h"  // OptimOptions
 
-// The [optim] section of the run configuration: AdamW and its schedule.
-struct OptimOptions {
-  double lr = 3e-3;            // peak learning rate
-  double min_lr_ratio = 0.1;   // cosine decay ends at lr * min_lr_ratio
-  int warmup_steps = 20;       // linear warmup
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.1;   // decoupled; 2-D weights only
-  double grad_clip = 1.0;      // global gradient norm; 0 disables
-};
+namespace st {
 
 struct LrSchedule {
   double peak = 3e-3;

@@ -16,13 +16,13 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/nvtx.h"
-#include "fabric/report.h"
+#include "fabric/transport_report.h"
 #include "io/hf_checkpoint.h"
 #include "io/checkpoint.h"
-#include "io/files.h"
+#include "core/files.h"
 #include "train/checkpointing.h"
 #include "train/flops.h"
-#include "train/tb_events.h"
+#include "metrics/tb_events.h"
 
 namespace st {
 namespace {

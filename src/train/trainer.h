@@ -10,12 +10,12 @@
 #include "data/source.h"
 #include "comm/comm.h"
 #include "comm/process_groups.h"
-#include "fabric/report.h"
+#include "fabric/transport_report.h"
 #include "fsdp/fsdp.h"
 #include "model/layout.h"
 #include "model/qwen2.h"
-#include "train/metrics.h"
-#include "train/run_config.h"
+#include "metrics/metrics.h"
+#include "config/run_config.h"
 #include "train/schedule.h"
 
 namespace st {

@@ -115,8 +115,8 @@ TEST(ClusterFile, BadInputNamesTheFileKeyAndLine) {
     std::string old, repl, expect;
   };
   const std::vector<Case> cases = {
-      {"count = 2", "count = 2\nzone = \"us-west-2a\"", "unknown key 'nodes.gpu.zone' (line"},
-      {"count = 2", "count = \"two\"", "nodes.gpu.count must be an integer, got a string (line"},
+      {"count = 2", "count = 2\nzone = \"us-west-2a\"", "unknown key 'nodes.gpu.zone' at line"},
+      {"count = 2", "count = \"two\"", "key 'nodes.gpu.count' must be an integer, got a string (line"},
       {"engine = \"job\"", "engine = \"slurm\"", "workload.engine must be one of job, kuberay, pytorchjob, got 'slurm'"},
       {"instance_type = \"g6.12xlarge\"", "instance_type = \"g7.mega\"", "nodes.gpu.instance_type = 'g7.mega' is not in"},
       {"\"train.steps\" = 100", "\"train.stepz\" = 100", "unknown key 'train.stepz'"},

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fabric/nccl_log.h"
-#include "fabric/report.h"
+#include "fabric/transport_report.h"
 
 namespace fs = std::filesystem;
 using namespace st;

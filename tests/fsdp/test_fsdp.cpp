@@ -12,7 +12,7 @@
 #include "comm/comm_gloo.h"
 #include "comm/tcp_store.h"
 #include "fsdp/fsdp.h"
-#include "model/config.h"
+#include "config/model_config.h"
 #include "model/dense_params.h"
 #include "model/init.h"
 #include "model/qwen2.h"

@@ -7,7 +7,7 @@
 #include "comm/comm.h"
 #include "fsdp/fsdp.h"
 #include "fsdp/shard_plan.h"
-#include "model/config.h"
+#include "config/model_config.h"
 #include "model/qwen2.h"
 
 namespace st {

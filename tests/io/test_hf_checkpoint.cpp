@@ -15,7 +15,7 @@
 #include "io/hf_checkpoint.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
-#include "model/config.h"
+#include "config/model_config.h"
 #include "model/init.h"
 
 namespace st {

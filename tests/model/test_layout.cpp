@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "model/config.h"
+#include "config/model_config.h"
 #include "model/layout.h"
 
 namespace st {

@@ -365,7 +365,7 @@ TEST_F(Report, BadRunDirectoriesAndFilesAreNamed) {
       << error_of(d.string());
   d = copy_of("small", "badconfig");
   spit(d / "config.toml", "[train]\nmicro_batch = \"four\"\n");
-  EXPECT_NE(error_of(d.string()).find("config.toml: train.micro_batch must be an integer, got a string (line 2)"),
+  EXPECT_NE(error_of(d.string()).find("config.toml: key 'train.micro_batch' must be an integer, got a string (line 2)"),
             std::string::npos)
       << error_of(d.string());
 }

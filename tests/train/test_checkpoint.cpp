@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "fsdp/fsdp.h"
 #include "io/checkpoint.h"
-#include "model/config.h"
+#include "config/model_config.h"
 #include "model/init.h"
 #include "support/fork_ranks.h"
 #include "train/checkpointing.h"

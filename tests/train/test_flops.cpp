@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "model/config.h"
+#include "config/model_config.h"
 #include "train/flops.h"
 
 namespace st {

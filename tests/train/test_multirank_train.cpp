@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
-#include "train/metrics.h"
+#include "metrics/metrics.h"
 #include "support/fork_ranks.h"
 #include "support/shell.h"
 

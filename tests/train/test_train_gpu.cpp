@@ -18,7 +18,7 @@
 #include "backend/backend.h"
 #include "backend/factory.h"
 #include "comm/process_groups.h"
-#include "model/config.h"
+#include "config/model_config.h"
 #include "train/trainer.h"
 
 namespace st {

@@ -5,7 +5,7 @@
 
 #include "backend/backend.h"
 #include "comm/process_groups.h"
-#include "model/config.h"
+#include "config/model_config.h"
 #include "model/qwen2.h"
 #include "train/memory_check.h"
 #include "train/trainer.h"

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "train/run_config.h"
+#include "config/run_config.h"
 
 namespace st {
 namespace {

@@ -20,10 +20,10 @@
 #include "backend/backend.h"
 #include "comm/process_groups.h"
 #include "core/error.h"
-#include "model/config.h"
-#include "train/metrics.h"
-#include "train/tb_event.pb.h"
-#include "train/tb_events.h"
+#include "config/model_config.h"
+#include "metrics/metrics.h"
+#include "metrics/tb_event.pb.h"
+#include "metrics/tb_events.h"
 #include "train/trainer.h"
 
 namespace st {

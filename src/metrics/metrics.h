@@ -1,6 +1,6 @@
 // What a run reports: one line per logged step, a JSONL record per step in the run
 // directory, and a progress bar redrawn in place when stdout is a terminal.
-// (TensorBoard events: train/tb_events.h.)
+// (TensorBoard events: metrics/tb_events.h.)
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -63,9 +63,6 @@ class MetricsLog {
   std::ofstream out_;
   std::string path_;
 };
-
-// The run.progress choices: auto (a bar only on a terminal), on, off.
-const std::vector<std::string>& progress_modes();
 
 class ProgressBar {
  public:

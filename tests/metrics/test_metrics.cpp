@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/metrics.h"
+#include "metrics/metrics.h"
 
 namespace st {
 namespace {

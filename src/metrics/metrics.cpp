@@ -1,4 +1,4 @@
-#include "train/metrics.h"
+#include "metrics/metrics.h"
 
 #include <unistd.h>
 
@@ -98,11 +98,6 @@ void MetricsLog::write_step(const StepMetrics& m) {
          {"mfu", m.mfu},
          {"step_s", m.step_s},
          {"peak_memory_bytes", m.peak_memory_bytes}});
-}
-
-const std::vector<std::string>& progress_modes() {
-  static const std::vector<std::string> v = {"auto", "on", "off"};
-  return v;
 }
 
 ProgressBar::ProgressBar(const std::string& mode) {

@@ -5,7 +5,7 @@
 //   length bytes of data          | uint32 masked CRC32C of the data
 //
 // (masked: ((crc >> 15) | (crc << 17)) + 0xa282ead8), the data a serialized
-// tensorflow.Event (src/train/tb_event.proto). The first record of a file is an
+// tensorflow.Event (src/metrics/tb_event.proto). The first record of a file is an
 // Event whose file_version is "brain.Event:2"; shardtrain then writes a SessionLog
 // START at the first step the run will write, and one Event per step holding that
 // step's scalars as Summary values (simple_value). Each record is flushed as it is

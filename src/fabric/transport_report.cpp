@@ -1,4 +1,4 @@
-#include "fabric/report.h"
+#include "fabric/transport_report.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "comm/tcp_store.h"
 
 namespace st {
 namespace {
@@ -169,41 +168,6 @@ std::vector<std::string> format_transport_report(const FabricReport& r) {
   for (size_t i = 0; i < r.ranks.size(); ++i)
     for (const std::string& w : r.ranks[i].warnings) lines.push_back("  rank " + std::to_string(i) + " NCCL WARN " + w);
   return lines;
-}
-
-FabricReport gather_fabric_report(TcpStore& store, int rank, int world, const TransportSummary& mine,
-                                  const FabricEnvPlan& plan, const std::string& transport, double timeout_s) {
-  auto bytes = [](const std::string& s) { return std::vector<char>(s.begin(), s.end()); };
-  const auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
-  TransportSummary me = mine;
-  me.rank = rank;
-  store.set("fabric/summary/" + std::to_string(rank), bytes(to_json(me).dump()));
-  if (rank == 0) {
-    FabricReport r;
-    r.transport = transport;
-    r.env = plan.vars;
-    r.log_dir = plan.log_dir;
-    std::vector<std::string> keys;
-    for (int q = 0; q < world; ++q) keys.push_back("fabric/summary/" + std::to_string(q));
-    try {
-      store.wait(keys, timeout);
-    } catch (const Error& e) {
-      fail("fabric: transport summaries missing from the store: ", e.what());
-    }
-    for (int q = 0; q < world; ++q) {
-      const std::vector<char> v = store.get(keys[q]);
-      r.ranks.push_back(transport_summary_from_json(json::parse(std::string(v.begin(), v.end()))));
-    }
-    store.set("fabric/report", bytes(to_json(r).dump()));
-    return r;
-  }
-  try {
-    store.wait({"fabric/report"}, timeout);
-  } catch (const Error& e) {
-    fail("rank ", rank, ": fabric: no transport report from rank 0: ", e.what());
-  }
-  const std::vector<char> v = store.get("fabric/report");
-  return fabric_report_from_json(json::parse(std::string(v.begin(), v.end())));
 }
 
 ExpectCheck check_expected_transport(const FabricReport& r, const std::string& expect) {

@@ -9,9 +9,17 @@
 
 #include "comm/process_groups.h"
 #include "fabric/profile.h"
-#include "fabric/report.h"
+#include "fabric/transport_report.h"
 
 namespace st {
+
+class TcpStore;
+
+// Rank `rank` of `world` publishes `mine` under "fabric/summary/<rank>"; rank 0
+// collects all of them (each wait bounded by timeout_s), builds the report with
+// its own `env`, and publishes it under "fabric/report"; every rank returns it.
+FabricReport gather_fabric_report(TcpStore& store, int rank, int world, const TransportSummary& mine,
+                                  const FabricEnvPlan& plan, const std::string& transport, double timeout_s);
 
 // After init_process_groups on NCCL communicators (groups.nccl and groups.store
 // set); `plan` is what apply_fabric_env decided before them. Collective: every

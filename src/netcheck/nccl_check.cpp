@@ -1,4 +1,4 @@
-#include "fabric/nccl_check.h"
+#include "netcheck/nccl_check.h"
 
 #include <algorithm>
 #include <cstdio>

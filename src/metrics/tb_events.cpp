@@ -1,4 +1,4 @@
-#include "train/tb_events.h"
+#include "metrics/tb_events.h"
 
 #include <isa-l/crc.h>
 #include <unistd.h>
@@ -11,8 +11,8 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "train/metrics.h"
-#include "train/tb_event.pb.h"
+#include "metrics/metrics.h"
+#include "metrics/tb_event.pb.h"
 
 namespace st {
 namespace fs = std::filesystem;

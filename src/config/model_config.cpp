@@ -1,6 +1,6 @@
 // Qwen2 model dimensions: built-in presets, Hugging Face config.json in and out, and
 // the checks every consumer of a ModelConfig relies on.
-#include "model/config.h"
+#include "config/model_config.h"
 
 #include <climits>
 #include <cmath>

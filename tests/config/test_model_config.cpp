@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/config.h"
+#include "config/model_config.h"
 
 namespace st {
 namespace {

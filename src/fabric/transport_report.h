@@ -1,6 +1,8 @@
 // The transport report: every rank's TransportSummary (what its NCCL log says),
-// gathered on rank 0 through the rendezvous store and handed back to every rank,
-// plus the NCCL variables the profile set or kept. Printed at start, written to
+// gathered on rank 0 through the rendezvous store and handed back to every rank
+// (netcheck/probe.h does the gathering), plus the NCCL variables the profile set or
+// kept. This file is the report as data: JSON both ways, the log lines, and the
+// fabric.expect_transport check; it runs nothing, so the HTML report reads it too. Printed at start, written to
 // metrics.jsonl as {"transport_report": {...}}, and checked against
 // fabric.expect_transport before the first step.
 #pragma once
@@ -13,8 +15,6 @@
 #include "fabric/profile.h"
 
 namespace st {
-
-class TcpStore;
 
 struct FabricReport {
   std::string transport = "auto";        // fabric.transport asked for
@@ -30,12 +30,6 @@ FabricReport fabric_report_from_json(const nlohmann::json& j);
 
 // The report as lines for the log (no trailing newlines).
 std::vector<std::string> format_transport_report(const FabricReport& r);
-
-// Rank `rank` of `world` publishes `mine` under "fabric/summary/<rank>"; rank 0
-// collects all of them (each wait bounded by timeout_s), builds the report with
-// its own `env`, and publishes it under "fabric/report"; every rank returns it.
-FabricReport gather_fabric_report(TcpStore& store, int rank, int world, const TransportSummary& mine,
-                                  const FabricEnvPlan& plan, const std::string& transport, double timeout_s);
 
 struct ExpectCheck {
   bool ok = true;

@@ -1,0 +1,41 @@
+#include "config/options.h"
+
+namespace st {
+
+const std::vector<std::string>& train_devices() {
+  static const std::vector<std::string> v = {"cpu", "cuda"};
+  return v;
+}
+
+// The order is model/qwen2.h's Recompute enum: parse_recompute maps a name to its index.
+const std::vector<std::string>& recompute_choices() {
+  static const std::vector<std::string> v = {"none", "norm", "swiglu", "ffn", "attn", "block"};
+  return v;
+}
+
+const std::vector<std::string>& data_sources() {
+  static const std::vector<std::string> v = {"random", "text", "tokens"};
+  return v;
+}
+
+const std::vector<std::string>& fabric_transports() {
+  static const std::vector<std::string> v = {"auto", "efa", "ib", "socket"};
+  return v;
+}
+
+const std::vector<std::string>& fabric_expect_transports() {
+  static const std::vector<std::string> v = {"", "efa", "ib", "socket", "nvlink", "shm"};
+  return v;
+}
+
+const std::vector<std::string>& progress_modes() {
+  static const std::vector<std::string> v = {"auto", "on", "off"};
+  return v;
+}
+
+const std::vector<std::string>& export_dtypes() {
+  static const std::vector<std::string> v = {"bf16", "f32"};
+  return v;
+}
+
+}  // namespace st
