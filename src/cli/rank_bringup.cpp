@@ -22,7 +22,7 @@ RankContext bring_up_rank(const DistEnv& env, const std::string& device, const D
   where.world = env.world;
   where.master_addr = env.master_addr;
   where.master_port = env.master_port;
-  where.launched = env.source != DistEnv{}.source;
+  where.launched = env.launched;
   where.job_id = env.job_id;
   // NCCL reads its variables once, at its first call (inside init_process_groups).
   FabricEnvPlan plan;

@@ -7,17 +7,12 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace st {
 namespace {
 
 using nlohmann::json;
-
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string s;
-  for (const std::string& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
-}
 
 // "0, 1, 3" or "0-7" style lists of ranks.
 std::string rank_list(const std::vector<int>& ranks) {

@@ -69,6 +69,9 @@ const std::string* lookup(const Env& env, const std::string& name) {
 }
 bool has(const Env& env, const std::string& name) { return lookup(env, name) != nullptr; }
 
+// "NAME=value" of a variable that is set, for the messages that say where a value came from.
+std::string assignment(const Env& env, const std::string& name) { return name + "=" + *lookup(env, name); }
+
 std::optional<long> parse_long(const std::string& s) {
   long v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -115,7 +118,7 @@ void set_master(Reading& r, const Env& env, std::initializer_list<const char*> a
   for (const char* n : port_vars)
     if (auto p = opt_int(env, n)) {
       r.e.master_port = *p;
-      r.port_var = std::string(n) + "=" + *lookup(env, n);
+      r.port_var = assignment(env, n);
       return;
     }
   r.port_var = "default port 29500";
@@ -132,8 +135,8 @@ std::optional<Reading> read_torchrun(const Env& env) {
     r.e.source = "torchrun";
     r.e.rank = *opt_int(env, "RANK");
     r.e.world = *opt_int(env, "WORLD_SIZE");
-    r.rank_var = "RANK=" + *lookup(env, "RANK");
-    r.world_var = "WORLD_SIZE=" + *lookup(env, "WORLD_SIZE");
+    r.rank_var = assignment(env, "RANK");
+    r.world_var = assignment(env, "WORLD_SIZE");
     const auto pet_nproc = lookup(env, "PET_NPROC_PER_NODE") ? parse_long(*lookup(env, "PET_NPROC_PER_NODE")) : std::nullopt;
     if (!has(env, "LOCAL_RANK") && pet_nproc && *pet_nproc > 1)
       fail_dist("launch environment: RANK=", *lookup(env, "RANK"), " with PET_NPROC_PER_NODE=", *pet_nproc,
@@ -152,10 +155,10 @@ std::optional<Reading> read_torchrun(const Env& env) {
     r.local_world_var = shown(env, "LOCAL_WORLD_SIZE", r.e.local_world);
     if (auto g = opt_int(env, "GROUP_RANK")) {
       r.e.node_rank = *g;
-      r.node_var = "GROUP_RANK=" + *lookup(env, "GROUP_RANK");
+      r.node_var = assignment(env, "GROUP_RANK");
     } else if (auto n = opt_int(env, "NODE_RANK")) {
       r.e.node_rank = *n;
-      r.node_var = "NODE_RANK=" + *lookup(env, "NODE_RANK");
+      r.node_var = assignment(env, "NODE_RANK");
     } else {
       r.e.node_rank = r.e.local_world > 0 ? r.e.rank / r.e.local_world : 0;
       r.node_var = "node rank " + std::to_string(r.e.node_rank) + " (RANK / LOCAL_WORLD_SIZE)";
@@ -207,8 +210,8 @@ std::optional<Reading> read_openmpi(const Env& env) {
   r.e.local_world = opt_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1);
   r.e.node_rank = r.e.local_world > 0 ? r.e.rank / r.e.local_world : 0;
   r.e.num_nodes = ceil_div(r.e.world, r.e.local_world);
-  r.rank_var = "OMPI_COMM_WORLD_RANK=" + *lookup(env, "OMPI_COMM_WORLD_RANK");
-  r.world_var = "OMPI_COMM_WORLD_SIZE=" + *lookup(env, "OMPI_COMM_WORLD_SIZE");
+  r.rank_var = assignment(env, "OMPI_COMM_WORLD_RANK");
+  r.world_var = assignment(env, "OMPI_COMM_WORLD_SIZE");
   r.local_rank_var = shown(env, "OMPI_COMM_WORLD_LOCAL_RANK", r.e.local_rank, "default");
   r.local_world_var = shown(env, "OMPI_COMM_WORLD_LOCAL_SIZE", r.e.local_world, "default");
   r.node_var = "node rank " + std::to_string(r.e.node_rank) + " (rank / local size)";
@@ -247,8 +250,8 @@ std::optional<Reading> read_slurm(const Env& env) {
   r.e.rank = *opt_int(env, "SLURM_PROCID");
   const char* world_name = has(env, "SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_NPROCS";
   r.e.world = req_int(env, world_name, "SLURM_PROCID is set but SLURM_NTASKS (or SLURM_NPROCS) is not");
-  r.rank_var = "SLURM_PROCID=" + *lookup(env, "SLURM_PROCID");
-  r.world_var = std::string(world_name) + "=" + *lookup(env, world_name);
+  r.rank_var = assignment(env, "SLURM_PROCID");
+  r.world_var = assignment(env, world_name);
   r.e.local_rank = opt_int(env, "SLURM_LOCALID").value_or(0);
   r.local_rank_var = shown(env, "SLURM_LOCALID", r.e.local_rank, "default");
   const std::optional<int> node = opt_int(env, "SLURM_NODEID");
@@ -319,7 +322,7 @@ std::optional<Reading> read_indexed_job(const Env& env) {
   r.local_rank_var = shown(env, "LOCAL_RANK", r.e.local_rank, "default");
   r.local_world_var = "SHARDTRAIN_NPROC_PER_NODE=" + std::to_string(k.nproc_per_node);
   r.node_var = "JOB_COMPLETION_INDEX=" + std::to_string(k.node_rank);
-  r.port_var = has(env, "MASTER_PORT") ? "MASTER_PORT=" + *lookup(env, "MASTER_PORT") : "default port 29500";
+  r.port_var = has(env, "MASTER_PORT") ? assignment(env, "MASTER_PORT") : "default port 29500";
   return r;
 }
 
@@ -365,6 +368,7 @@ DistEnv detect_dist_env(const Env& env) {
   if (chosen) {
     validate(*chosen);
     e = chosen->e;
+    e.launched = true;
   }
   if (const std::string* id = lookup(env, "SHARDTRAIN_JOB_ID")) e.job_id = *id;
   return e;

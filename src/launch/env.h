@@ -16,6 +16,8 @@ struct DistEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string source = "single process";  // which family supplied the values, for the log
+  // Started by a launcher (a contract's variables were found) rather than by hand.
+  bool launched = false;
   // The job's identity (SHARDTRAIN_JOB_ID; `shardtrain launch` sets a random one): the
   // rendezvous refuses a rank of another job. Empty: not checked.
   std::string job_id;
