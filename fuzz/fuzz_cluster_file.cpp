@@ -44,7 +44,7 @@ bool paths_confined(std::string_view text) {
   return true;
 }
 
-bool dns_label(const std::string& v) {
+bool is_dns_label(const std::string& v) {
   if (v.empty() || v.front() == '-' || v.back() == '-') return false;
   for (char c : v)
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
@@ -68,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!spec.gpu.facts || !spec.system.facts || spec.gpu.facts->gpus <= 0) __builtin_trap();
   if (spec.world() <= 0 || spec.pod_gpus <= 0 || spec.pod_cpu <= 0 || spec.pod_memory_gib <= 0 || spec.shm_gib <= 0)
     __builtin_trap();
-  if (!dns_label(spec.name) || !dns_label(spec.namespace_) || !dns_label(spec.job_name)) __builtin_trap();
+  if (!is_dns_label(spec.name) || !is_dns_label(spec.namespace_) || !is_dns_label(spec.job_name)) __builtin_trap();
   if (spec.image().empty()) __builtin_trap();
   return 0;
 }

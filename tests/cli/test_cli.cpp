@@ -10,12 +10,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "backend/factory.h"
+#include "support/files.h"
 #include "support/fork_ranks.h"
 #include "support/shell.h"
+#include "support/temp_dir.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -23,11 +24,8 @@ namespace fs = std::filesystem;
 using Result = st::testing::ShellResult;
 Result sh(const std::string& args) { return st::testing::run_shell(std::string(SHARDTRAIN_BINARY) + " " + args); }
 
-fs::path temp(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("st_cli_" + name);
-  fs::remove_all(p);
-  return p;
-}
+using st::testing::fresh_path;
+using st::testing::read_file;
 
 TEST(Cli, HelpListsCommandsAndConfigKeys) {
   Result r = sh("--help");
@@ -42,7 +40,7 @@ TEST(Cli, HelpListsCommandsAndConfigKeys) {
 TEST(Cli, NoCommandIsAnError) { EXPECT_NE(sh("").code, 0); }
 
 TEST(Cli, ShortRunWritesMetricsAndConfig) {
-  const fs::path out = temp("run");
+  const fs::path out = fresh_path("run");
   Result r = sh("train --train.steps=3 --train.seq_len=32 --train.micro_batch=2 --train.log_every=1 --run.out_dir=" +
                 out.string());
   ASSERT_EQ(r.code, 0) << r.out;
@@ -64,7 +62,7 @@ TEST(Cli, ShortRunWritesMetricsAndConfig) {
 }
 
 TEST(Cli, BadConfigsExitNonZeroNamingFileAndKey) {
-  const fs::path dir = temp("bad");
+  const fs::path dir = fresh_path("bad");
   fs::create_directories(dir);
   const fs::path unknown = dir / "unknown.toml", wrong = dir / "wrong.toml", heads = dir / "heads.toml";
   std::ofstream(unknown) << "[train]\nstepz = 10\n";
@@ -104,21 +102,18 @@ TEST(Cli, BadConfigsExitNonZeroNamingFileAndKey) {
 
 TEST(Cli, ScoreMatchesTransformersLossAndExportReloads) {
   const fs::path fx = fs::path(SHARDTRAIN_TEST_DATA) / "hf" / "untied_kv2_sharded";
-  const fs::path logits = temp("logits.npy");
+  const fs::path logits = fresh_path("logits.npy");
   Result r = sh("score --init-from " + fx.string() + " --tokens " + (fx / "tokens.npy").string() + " --logits-out " +
                 logits.string());
   ASSERT_EQ(r.code, 0) << r.out;
-  std::ifstream jf(fx / "expected.json");
-  std::stringstream js;
-  js << jf.rdbuf();
-  const std::string j = js.str();
+  const std::string j = read_file(fx / "expected.json");
   const double want = std::stod(j.substr(j.find("\"loss\"") + 7));
   const double got = std::stod(r.out.substr(r.out.find("loss ") + 5));
   EXPECT_NEAR(got, want, 1e-5 * want) << r.out;
   EXPECT_TRUE(fs::exists(logits));
 
   // Export to bf16, score again: close to the f32 loss; a second export is refused.
-  const fs::path out = temp("export_bf16");
+  const fs::path out = fresh_path("export_bf16");
   r = sh("export --init-from " + fx.string() + " --out " + out.string() + " --dtype bf16");
   ASSERT_EQ(r.code, 0) << r.out;
   r = sh("score --init-from " + out.string() + " --tokens " + (fx / "tokens.npy").string());
@@ -131,7 +126,7 @@ TEST(Cli, ScoreMatchesTransformersLossAndExportReloads) {
 
 TEST(Cli, TrainFromAHuggingFaceModelAndExport) {
   const fs::path fx = fs::path(SHARDTRAIN_TEST_DATA) / "hf" / "tied_kv2_f32";
-  const fs::path run = temp("init_from_run"), out = temp("init_from_export");
+  const fs::path run = fresh_path("init_from_run"), out = fresh_path("init_from_export");
   Result r = sh("train --init-from " + fx.string() + " --data.source=random --train.steps=2 --train.seq_len=16 " +
                 "--train.micro_batch=2 --run.out_dir=" + run.string() + " --run.export_dir=" + out.string());
   ASSERT_EQ(r.code, 0) << r.out;
@@ -158,7 +153,7 @@ bool has(const Result& r, const std::string& part) { return r.out.find(part) != 
 // A copy of a fixture model whose f32 tensor `tensor` has every value set to `v`.
 fs::path model_with(const std::string& name, const std::string& tensor, float v) {
   const fs::path fx = fs::path(SHARDTRAIN_TEST_DATA) / "hf" / "tied_kv2_f32";
-  const fs::path dir = temp(name);
+  const fs::path dir = fresh_path(name);
   fs::create_directories(dir);
   for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(fx / f, dir / f);
   std::fstream io(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
@@ -194,10 +189,10 @@ TEST(Cli, ExitCodesFollowTheDocumentedScheme) {
   EXPECT_EQ(sh("train --train.steps=abc").code, 2);
   EXPECT_EQ(sh("train --model.heads=3").code, 2);
   EXPECT_EQ(sh("launch --nproc-per-node 0 -- train").code, 2);
-  EXPECT_EQ(sh("export --out " + temp("no_source").string()).code, 2);
+  EXPECT_EQ(sh("export --out " + fresh_path("no_source").string()).code, 2);
 
   // 3: input data and model files.
-  const fs::path dir = temp("codes");
+  const fs::path dir = fresh_path("codes");
   fs::create_directories(dir);
   std::ofstream(dir / "bad.npy") << "\x93NUMPY\x01\x00\x10\x00{'descr': '<i4'}";
   r = sh("score" + model + " --tokens " + (dir / "bad.npy").string());
@@ -253,7 +248,7 @@ TEST(Cli, UnknownOptionSuggestsTheNearestKey) {
 // "--run.out_dir=" is an empty value: it once took the next argument as its value and
 // ran 300 steps into a directory named "--train.steps=1".
 TEST(Cli, AnEmptyValueDoesNotSwallowTheNextArgument) {
-  const fs::path cwd = temp("empty_value");
+  const fs::path cwd = fresh_path("empty_value");
   fs::create_directories(cwd);
   const Result r = st::testing::run_shell("cd " + cwd.string() + " && " + SHARDTRAIN_BINARY +
                                           " train --run.out_dir= --train.steps=1");
@@ -268,7 +263,7 @@ TEST(Cli, NonFiniteAndOutOfRangeNumbersAreRefused) {
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_TRUE(has(r, "--optim.lr must be")) << r.out;
   }
-  const std::string out = temp("shard_gb").string();
+  const std::string out = fresh_path("shard_gb").string();
   for (const char* v : {"nan", "inf", "1e30", "1e-12", "-1", "abc"}) {
     const Result r = sh("export --preset tiny --out " + out + " --max-shard-gb " + v);
     EXPECT_EQ(r.code, 2) << v << ": " << r.out;
@@ -297,7 +292,7 @@ TEST(Cli, ScoreRefusesNonFiniteWeightsAndLosses) {
 
 TEST(Cli, ScoreChecksItsOutputBeforeScoring) {
   const fs::path fx = fs::path(SHARDTRAIN_TEST_DATA) / "hf" / "tied_kv2_f32";
-  const fs::path dir = temp("logits_dir");
+  const fs::path dir = fresh_path("logits_dir");
   fs::remove(dir.string() + ".tmp");  // what an earlier, failing run may have left
   fs::create_directories(dir);
   Result r = sh("score --init-from " + fx.string() + " --tokens " + (fx / "tokens.npy").string() + " --logits-out " +
@@ -323,11 +318,10 @@ TEST(Cli, ScoreNamesItsOwnDeviceFlag) {
 
 TEST(Cli, ExportKeepsTheSourceConfigsOtherKeys) {
   const fs::path fx = fs::path(SHARDTRAIN_TEST_DATA) / "hf" / "tied_kv2_f32";
-  const fs::path out = temp("keep_keys");
+  const fs::path out = fresh_path("keep_keys");
   const Result r = sh("export --init-from " + fx.string() + " --out " + out.string());
   ASSERT_EQ(r.code, 0) << r.out;
-  std::ifstream in(out / "config.json");
-  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  const std::string text = read_file(out / "config.json");
   for (const char* key : {"\"bos_token_id\"", "\"eos_token_id\"", "\"pad_token_id\"", "\"transformers_version\"",
                           "\"rope_parameters\"", "\"layer_types\""})
     EXPECT_NE(text.find(key), std::string::npos) << key << " dropped:\n" << text;
@@ -336,7 +330,7 @@ TEST(Cli, ExportKeepsTheSourceConfigsOtherKeys) {
 // Two jobs on one rendezvous port: a rank of the second reaching the first one's
 // rank 0 is refused naming both jobs (exit 4), and the first job trains on.
 TEST(Cli, ARankOfAnotherJobCannotJoin) {
-  const fs::path dir = temp("two_jobs");
+  const fs::path dir = fresh_path("two_jobs");
   fs::create_directories(dir);
   const std::string port = std::to_string(free_port()), bin = SHARDTRAIN_BINARY, d = dir.string();
   const std::string common = " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " WORLD_SIZE=2 " + bin +
@@ -346,10 +340,7 @@ TEST(Cli, ARankOfAnotherJobCannotJoin) {
       "(SHARDTRAIN_JOB_ID=job-a RANK=0" + common + d + "/a > " + d + "/a0.log 2>&1; echo $? > " + d + "/a0.rc) & " +
       "SHARDTRAIN_JOB_ID=job-b RANK=1" + common + d + "/b > " + d + "/b1.log 2>&1; echo $? > " + d + "/b1.rc; " +
       "SHARDTRAIN_JOB_ID=job-a RANK=1" + common + d + "/a > " + d + "/a1.log 2>&1; echo $? > " + d + "/a1.rc; wait");
-  auto read = [&](const char* f) {
-    std::ifstream in(dir / f);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  };
+  auto read = [&](const char* f) { return read_file(dir / f); };
   EXPECT_EQ(read("b1.rc"), "4\n") << read("b1.log");
   EXPECT_NE(read("b1.log").find("rank 1 of job 'job-b' reached the rendezvous of job 'job-a'"), std::string::npos)
       << read("b1.log");
@@ -359,7 +350,7 @@ TEST(Cli, ARankOfAnotherJobCannotJoin) {
 }
 
 TEST(Cli, ASymbolicLinkLoopInTheDataIsNamed) {
-  const fs::path dir = temp("loop");
+  const fs::path dir = fresh_path("loop");
   fs::create_directories(dir / "a");
   std::ofstream(dir / "a" / "text.txt") << "some text to train on, long enough for a window";
   fs::create_directory_symlink(dir, dir / "a" / "loop");

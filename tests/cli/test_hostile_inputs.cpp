@@ -14,17 +14,14 @@
 #include <vector>
 
 #include "support/shell.h"
+#include "support/temp_dir.h"
 
 namespace {
 namespace fs = std::filesystem;
 
+// One directory for the whole process, emptied once.
 fs::path root() {
-  static const fs::path p = [] {
-    fs::path d = fs::path(::testing::TempDir()) / "st_hostile";
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
+  static const fs::path p = st::testing::temp_dir("hostile");
   return p;
 }
 

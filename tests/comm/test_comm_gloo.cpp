@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "comm/process_groups.h"
 #include "comm/tcp_store.h"
+#include "support/errors.h"
 #include "support/fork_ranks.h"
 
 namespace st {
@@ -145,12 +146,8 @@ double group_sum(Comm& c, int world_rank) {
 TEST(ProcessGroups, WorldOfFourWithShardGroupsOfTwo) {
   const int port = test::free_port();
   const auto errors = test::run_ranks(4, [&](int r) {
-    Rendezvous env;
-    env.rank = r;
-    env.world = 4;
-    env.master_port = port;
     auto be = make_cpu_backend();
-    ProcessGroups g = init_process_groups(env, *be, 2, 30);
+    ProcessGroups g = init_process_groups(Rendezvous{.rank = r, .world = 4, .master_port = port}, *be, 2, 30);
     ST_CHECK(g.world->world() == 4 && g.world->rank() == r, "rank ", r, ": world comm");
     ST_CHECK(g.shard->world() == 2 && g.shard->rank() == r % 2, "rank ", r, ": shard comm");
     ST_CHECK(g.replicate && g.replicate->world() == 2 && g.replicate->rank() == r / 2, "rank ", r, ": replicate comm");
@@ -168,12 +165,8 @@ TEST(ProcessGroups, WorldOfFourWithShardGroupsOfTwo) {
 TEST(ProcessGroups, ShardOverAllRanksHasNoReplicateGroup) {
   const int port = test::free_port();
   const auto errors = test::run_ranks(2, [&](int r) {
-    Rendezvous env;
-    env.rank = r;
-    env.world = 2;
-    env.master_port = port;
     auto be = make_cpu_backend();
-    ProcessGroups g = init_process_groups(env, *be, 0, 30);
+    ProcessGroups g = init_process_groups(Rendezvous{.rank = r, .world = 2, .master_port = port}, *be, 0, 30);
     ST_CHECK(g.shard->world() == 2 && !g.replicate, "rank ", r, ": G = 0 is one shard group over all ranks");
     ST_CHECK(group_sum(*g.shard, r) == 1, "rank ", r, ": shard sum");
   });
@@ -186,16 +179,9 @@ TEST(ProcessGroups, SingleProcessAndBadGroupSizes) {
   EXPECT_EQ(g.world->world(), 1);
   EXPECT_EQ(g.shard->world(), 1);
   EXPECT_EQ(g.replicate, nullptr);
-  Rendezvous four;
-  four.world = 4;
-  try {
-    init_process_groups(four, *be, 3, 5);
-    ADD_FAILURE() << "no error for a group size that does not divide the world";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dist.shard_group_size 3 does not divide the world of 4"),
-              std::string::npos)
-        << e.what();
-  }
+  const Rendezvous four{.world = 4};
+  const std::string e = testing::error_of([&] { init_process_groups(four, *be, 3, 5); });
+  EXPECT_NE(e.find("dist.shard_group_size 3 does not divide the world of 4"), std::string::npos) << e;
   EXPECT_THROW(init_process_groups(four, *be, -1, 5), Error);
 }
 
@@ -203,12 +189,8 @@ TEST(ProcessGroups, MissingRankIsNamedAtJoin) {
   const int port = test::free_port();
   // Ranks 0 and 1 of 3 start; rank 2 never does.
   const auto errors = test::run_ranks(2, [&](int r) {
-    Rendezvous env;
-    env.rank = r;
-    env.world = 3;
-    env.master_port = port;
     auto be = make_cpu_backend();
-    init_process_groups(env, *be, 0, 1.5);
+    init_process_groups(Rendezvous{.rank = r, .world = 3, .master_port = port}, *be, 0, 1.5);
   });
   for (int r = 0; r < 2; ++r)
     EXPECT_NE(errors[r].find("waiting for rank 2 of 3 (barrier 'join')"), std::string::npos) << errors[r];

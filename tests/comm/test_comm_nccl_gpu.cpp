@@ -35,7 +35,10 @@
 #include "core/error.h"
 #include "comm/process_groups.h"
 #include "comm/tcp_store.h"
+#include "support/errors.h"
+#include "support/files.h"
 #include "support/fork_ranks.h"
+#include "support/temp_dir.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -49,6 +52,8 @@ namespace st {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using testing::error_of;
+using testing::read_file;
 
 int gpu_count() {
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -191,27 +196,10 @@ double group_sum(Comm& c, Backend& be, int world_rank) {
   return get(be, b->t)[0];
 }
 
-template <class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 bool contains(const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; }
 
 // ---- ranks as processes of their own ---------------------------------------------------
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Starts this test binary once per entry of `ranks` with the scenario in its
 // environment, waits for all (killing those still running after deadline_s), and
@@ -222,7 +210,7 @@ std::vector<std::string> run_child_ranks(const std::string& scenario, int world,
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return std::vector<std::string>(ranks.size(), "cannot find this test binary (/proc/self/exe)");
   const int port = test::free_port();
-  const std::string base = ::testing::TempDir() + "st_nccl_" + std::to_string(::getpid()) + "_" + scenario;
+  const std::string base = testing::temp_path("nccl_" + scenario).string();
   std::printf("[ scenario ] %s: %zu process(es) of a world of %d, rendezvous on 127.0.0.1:%d\n", scenario.c_str(),
               ranks.size(), world, port);
   std::fflush(nullptr);
@@ -334,11 +322,7 @@ void child_collectives(int r, int W, int port) {
 // init_process_groups on CUDA: NCCL world, shard and replicate groups.
 void child_groups(int r, int W, int port, int G) {
   auto be = rank_backend(r);
-  Rendezvous env;
-  env.rank = r;
-  env.world = W;
-  env.master_port = port;
-  env.launched = true;
+  const Rendezvous env{.rank = r, .world = W, .master_port = port, .launched = true};
   ProcessGroups g = init_process_groups(env, *be, G, 60);
   const int GG = G == 0 ? W : G;
   ST_CHECK(g.world->world() == W && g.world->rank() == r, "rank ", r, ": world comm");
@@ -540,8 +524,8 @@ TEST(NcclCommGpu, WatchdogAbortsACollectiveStuckPastTheTimeout) {
   stall_stream(*be, 4000);
   const auto t0 = Clock::now();
   CommWork w = c->reduce_scatter_async(b.t, a.t, 1024);
-  std::string msg = "(no error)";
-  while (msg == "(no error)" && seconds_since(t0) < 10) {
+  std::string msg;
+  while (msg.empty() && seconds_since(t0) < 10) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     msg = error_of([&] { c->wait(w); });
   }

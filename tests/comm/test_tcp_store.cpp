@@ -15,12 +15,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/errors.h"
 #include "support/fork_ranks.h"
 
 namespace st {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using testing::error_of;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -41,15 +43,6 @@ std::vector<std::string> run_threads(int n, const std::function<void(int)>& fn) 
     });
   for (auto& t : threads) t.join();
   return errors;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(TcpStore, SetGetAddWaitAcrossRanks) {

@@ -8,19 +8,16 @@
 
 #include "core/error.h"
 #include "config/model_config.h"
+#include "support/errors.h"
+#include "support/temp_dir.h"
 
 namespace st {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the test temp dir, one per test.
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("st_model_config_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+using testing::expect_error;
+using testing::temp_dir;
 
 fs::path write_json(const fs::path& dir, const nlohmann::json& j) {
   fs::path p = dir / "config.json";
@@ -55,18 +52,6 @@ nlohmann::json qwen25_1p5b_json() {
     "use_sliding_window": false,
     "vocab_size": 151936
   })");
-}
-
-// Expects `f` to throw st::Error whose message contains every one of `parts`.
-template <class F>
-void expect_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
 }
 
 TEST(ModelPreset, NamesAndDimensions) {

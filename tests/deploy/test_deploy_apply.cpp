@@ -12,19 +12,22 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "deploy/cluster_file.h"
 #include "deploy/verify.h"
+#include "support/files.h"
 #include "support/fork_ranks.h"
 #include "support/shell.h"
+#include "support/temp_dir.h"
 
 namespace st {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::read_file;
+using testing::temp_dir;
 
 const fs::path kRoot = SHARDTRAIN_SOURCE_DIR;
 const fs::path kRecipe = kRoot / "configs/deploy/eks-g6-efa.toml";
@@ -34,13 +37,6 @@ const fs::path kKubectl = fs::path(SHARDTRAIN_TOOLS_DIR) / "kubectl";
 json load(const fs::path& p) {
   std::ifstream in(p);
   return json::parse(in);
-}
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path p = fs::path(::testing::TempDir()) / ("st_apply_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
 }
 
 ClusterState base_state() { return {load(kFixtures / "nodes.json"), load(kFixtures / "pods.json"),
@@ -244,13 +240,6 @@ fs::path fake_tools(const fs::path& dir, bool fake_helm = true) {
          "  *) echo 'Release has been upgraded' ;;\n"
          "esac\n");
   return bin;
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 TEST(DeployApply, DryRunPrintsTheCommandSequence) {

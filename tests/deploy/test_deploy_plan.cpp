@@ -6,15 +6,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 #include "deploy/cluster_file.h"
 #include "deploy/preflight.h"
 #include "deploy/render.h"
 #include "deploy/tools.h"
+#include "support/errors.h"
+#include "support/files.h"
 #include "support/schema_check.h"
 #include "support/shell.h"
+#include "support/temp_dir.h"
 
 namespace st {
 namespace {
@@ -25,25 +27,15 @@ const fs::path kRoot = SHARDTRAIN_SOURCE_DIR;
 const fs::path kRecipe = kRoot / "configs/deploy/eks-g6-efa.toml";
 const fs::path kRecipeRay = kRoot / "configs/deploy/eks-g6-efa-kuberay.toml";
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path p = fs::path(::testing::TempDir()) / ("st_deploy_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+using testing::error_of;
+using testing::read_file;
+using testing::temp_dir;
 
 // The recipe with `edit` applied to its text (a line replaced or added), written
 // next to a copy of the run config it points to.
 fs::path variant(const std::string& name, const std::vector<std::pair<std::string, std::string>>& edits,
                  const fs::path& from = kRecipe) {
-  std::string text = read(from);
+  std::string text = read_file(from);
   for (const auto& [old, repl] : edits) {
     if (old.empty()) {
       text += "\n" + repl + "\n";
@@ -59,15 +51,6 @@ fs::path variant(const std::string& name, const std::vector<std::pair<std::strin
   const fs::path p = dir / "cluster.toml";
   std::ofstream(p) << text;
   return p;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::vector<nlohmann::json> docs_of(const std::vector<Artifact>& arts, const std::string& file) {
@@ -370,7 +353,7 @@ TEST(DeployPlan, GoldenFilesForTheRecipe) {
         fs::create_directories(p.parent_path());
         std::ofstream(p, std::ios::binary) << text;
       }
-      EXPECT_EQ(read(p), text) << p << " differs from what the plan renders";
+      EXPECT_EQ(read_file(p), text) << p << " differs from what the plan renders";
     }
   }
   fs::current_path(cwd);
@@ -387,13 +370,13 @@ TEST(DeployPlanCli, WritesEverythingOrNothing) {
   for (const char* f : {"eksctl-cluster.yaml", "workload.yaml", "job.yaml", "Dockerfile", "config.toml", "plan.txt",
                         "helm/nvidia-device-plugin.values.yaml", "helm/aws-efa-k8s-device-plugin.values.yaml"})
     EXPECT_TRUE(fs::exists(out / f)) << f;
-  EXPECT_NE(read(out / "Dockerfile").find("FROM nvcr.io/nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04@sha256:"),
+  EXPECT_NE(read_file(out / "Dockerfile").find("FROM nvcr.io/nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04@sha256:"),
             std::string::npos);
   // Again: the same bytes (idempotent).
-  const std::string job = read(out / "job.yaml");
+  const std::string job = read_file(out / "job.yaml");
   r = run_shell(bin + " deploy plan --cluster " + kRecipe.string() + " --out " + out.string() + " --json");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(read(out / "job.yaml"), job);
+  EXPECT_EQ(read_file(out / "job.yaml"), job);
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["world"], 8);
   EXPECT_EQ(j["steps"].size(), 8u);

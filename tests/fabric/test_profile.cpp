@@ -4,10 +4,11 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "fabric/profile.h"
+#include "support/errors.h"
+#include "support/temp_dir.h"
 
 using namespace st;
 
@@ -82,14 +83,8 @@ TEST(FabricProfile, UserVariablesWin) {
 }
 
 TEST(FabricProfile, UnknownTransportIsAnError) {
-  try {
-    plan_fabric_env(with("infiniband"), 0, {}, "");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("fabric.transport must be one of auto, efa, ib, socket, got 'infiniband'"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string e = st::testing::error_of([] { plan_fabric_env(with("infiniband"), 0, {}, ""); });
+  EXPECT_NE(e.find("fabric.transport must be one of auto, efa, ib, socket, got 'infiniband'"), std::string::npos) << e;
 }
 
 TEST(FabricProfile, ExpandDebugFileLikeNccl) {
@@ -99,7 +94,7 @@ TEST(FabricProfile, ExpandDebugFileLikeNccl) {
 }
 
 TEST(FabricProfile, ApplySetsOnlyWhatTheUserDidNotAndCreatesTheLogDir) {
-  const auto dir = std::filesystem::temp_directory_path() / ("st_fabric_" + std::to_string(::getpid()));
+  const auto dir = st::testing::fresh_path("fabric");
   ::setenv("NCCL_DEBUG", "TRACE", 1);
   ::unsetenv("NCCL_NET");
   ::unsetenv("NCCL_DEBUG_FILE");

@@ -29,13 +29,20 @@ ModelConfig cfg() {
   return c;
 }
 
+// Fsdp over cfg() as the only rank, initialised from `seed`.
+struct OneRank {
+  explicit OneRank(uint64_t seed) { f.init_weights(seed); }
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::unique_ptr<Comm> comm = make_single_comm(*be);
+  ParamLayout layout{cfg()};
+  ShardPlan plan{layout, 1};
+  Fsdp f{plan, *be, *comm, nullptr, {}};
+};
+
 TEST(Fsdp, InitEqualsTheLayoutInitAndRoundTrips) {
-  auto be = make_cpu_backend();
-  auto comm = make_single_comm(*be);
-  ParamLayout layout(cfg());
-  ShardPlan plan(layout, 1);
-  Fsdp f(plan, *be, *comm, nullptr, {});
-  f.init_weights(11);
+  OneRank one(11);
+  const ParamLayout& layout = one.layout;
+  Fsdp& f = one.f;
   for (int u = 0; u < layout.num_units(); ++u) {
     const Unit& unit = layout.unit(u);
     std::vector<float> want(unit.numel);
@@ -67,12 +74,9 @@ TEST(Fsdp, ShardInitDoesNotDependOnWorldSize) {
 }
 
 TEST(Fsdp, WeightDecayOnlyOnMatrices) {
-  auto be = make_cpu_backend();
-  auto comm = make_single_comm(*be);
-  ParamLayout layout(cfg());
-  ShardPlan plan(layout, 1);
-  Fsdp f(plan, *be, *comm, nullptr, {});
-  f.init_weights(3);
+  OneRank one(3);
+  const ParamLayout& layout = one.layout;
+  Fsdp& f = one.f;
   const int u = layout.layer_unit(0);
   std::vector<float> v = f.gather_unit(u);
   for (auto& x : v) x = 1.0f;  // norms, biases and weights all 1
@@ -278,48 +282,6 @@ TEST(Fsdp, OverlappedCollectivesGiveTheSameTraining) {
       }
   });
   for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-}
-
-}  // namespace
-}  // namespace st
-
-namespace st {
-namespace {
-
-TEST(Init, ThreadedLargeRangesGiveTheSameBits) {
-  Unit u{"big"};
-  ParamSpec w{"model.embed_tokens.weight", {3000, 3000}, 0, 9000000, true};
-  ParamSpec n{"model.norm.weight", {3000}, 9000000, 3000, false};
-  u.params = {w, n};
-  u.numel = 9003000;
-  std::vector<float> whole(u.numel), pieces(u.numel);
-  init_unit_values(u, 42, 0.02, 0, u.numel, whole.data());  // large: split across threads
-  for (size_t lo = 0; lo < u.numel; lo += 1000000)           // small: one thread each
-    init_unit_values(u, 42, 0.02, lo, std::min(u.numel, lo + 1000000), pieces.data() + lo);
-  EXPECT_EQ(whole, pieces);
-  EXPECT_EQ(whole.back(), 1.0f);
-}
-
-// The backend's own initialisation (what Fsdp uses: nothing through the host) gives
-// the host's values bit for bit, padding zeroed, over an offset range.
-TEST(Init, BackendInitialisationMatchesTheHost) {
-  Unit u{"big"};
-  u.params = {ParamSpec{"model.layers.0.mlp.down_proj.weight", {3000, 3000}, 0, 9000000, true},
-              ParamSpec{"model.layers.0.post_attention_layernorm.weight", {3000}, 9000000, 3000, false},
-              ParamSpec{"model.layers.0.self_attn.q_proj.bias", {3000}, 9003000, 3000, false}};
-  u.numel = 9006000;
-  const size_t begin = 123457, end = u.numel + 5;  // into the padding
-  std::vector<float> want(end - begin);
-  init_unit_values(u, 7, 0.02, begin, end, want.data());
-  auto be = make_cpu_backend();
-  Tensor t = be->alloc(DType::F32, end - begin);
-  be->fill(t, 3.0);  // stale values everywhere: all must be overwritten
-  init_unit_tensor(*be, u, 7, 0.02, begin, end, t);
-  std::vector<float> got(end - begin);
-  be->download(got.data(), t);
-  be->free(t);
-  EXPECT_EQ(got, want);
-  EXPECT_EQ(got.back(), 0.0f);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -17,16 +18,17 @@
 #include "io/safetensors.h"
 #include "config/model_config.h"
 #include "model/init.h"
+#include "support/errors.h"
+#include "support/files.h"
+#include "support/temp_dir.h"
 
 namespace st {
 namespace {
 namespace fs = std::filesystem;
 
-fs::path temp(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("st_hf_" + name);
-  fs::remove_all(p);
-  return p;
-}
+using testing::caught_error;
+using testing::error_of;
+using testing::fresh_path;
 
 ModelConfig small(bool tied) {
   ModelConfig c = model_preset("tiny");
@@ -53,7 +55,7 @@ std::vector<std::vector<float>> init_units(const ParamLayout& layout, uint64_t s
 TEST(HfCheckpoint, OverwritingAnExportLeavesNoStaleShards) {
   const ParamLayout layout(small(false));
   const auto units = init_units(layout, 4), other = init_units(layout, 5);
-  const fs::path dir = temp("replace");
+  const fs::path dir = fresh_path("replace");
   ExportOptions o;
   o.dtype = DType::F32;
   o.max_shard_bytes = 20000;  // several shards and an index
@@ -79,7 +81,7 @@ TEST(HfCheckpoint, ExportThenLoadIsExactInF32AndRoundedInBf16) {
   for (bool tied : {true, false}) {
     const ParamLayout layout(small(tied));
     const auto units = init_units(layout, 4);
-    const fs::path dir = temp(tied ? "f32_tied" : "f32_untied");
+    const fs::path dir = fresh_path(tied ? "f32_tied" : "f32_untied");
     ExportOptions o;
     o.dtype = DType::F32;
     export_hf_model(dir, layout, units, o);
@@ -91,7 +93,7 @@ TEST(HfCheckpoint, ExportThenLoadIsExactInF32AndRoundedInBf16) {
     const SafetensorsSet set = SafetensorsSet::open(dir.string());
     EXPECT_EQ(set.find("lm_head.weight") != nullptr, !tied);
 
-    const fs::path bdir = temp(tied ? "bf16_tied" : "bf16_untied");
+    const fs::path bdir = fresh_path(tied ? "bf16_tied" : "bf16_untied");
     o.dtype = DType::BF16;
     export_hf_model(bdir, layout, units, o);
     const auto b = load_hf_weights(bdir.string(), layout);
@@ -104,7 +106,7 @@ TEST(HfCheckpoint, ExportThenLoadIsExactInF32AndRoundedInBf16) {
 TEST(HfCheckpoint, ShardedExportLoadsBack) {
   const ParamLayout layout(small(false));
   const auto units = init_units(layout, 5);
-  const fs::path dir = temp("sharded");
+  const fs::path dir = fresh_path("sharded");
   ExportOptions o;
   o.dtype = DType::F32;
   o.max_shard_bytes = 40000;
@@ -117,39 +119,30 @@ TEST(HfCheckpoint, MismatchesAreListedTogether) {
   // A checkpoint of a 2-layer model read as a 3-layer model with a different
   // hidden size: missing layer-2 tensors and wrong shapes in one message.
   const ParamLayout two(small(true));
-  const fs::path dir = temp("mismatch");
+  const fs::path dir = fresh_path("mismatch");
   export_hf_model(dir, two, init_units(two, 1), {});
   ModelConfig three = small(true);
   three.num_layers = 3;
   three.intermediate_size = 48;
-  try {
-    load_hf_weights(dir.string(), ParamLayout(three));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("missing tensors"), std::string::npos) << m;
-    EXPECT_NE(m.find("model.layers.2.mlp.down_proj.weight"), std::string::npos) << m;
-    EXPECT_NE(m.find("wrong shapes"), std::string::npos) << m;
-    EXPECT_NE(m.find("model.layers.0.mlp.gate_proj.weight: expected [48, 32], found [40, 32]"), std::string::npos) << m;
-  }
+  const std::string m = error_of([&] { load_hf_weights(dir.string(), ParamLayout(three)); });
+  EXPECT_NE(m.find("missing tensors"), std::string::npos) << m;
+  EXPECT_NE(m.find("model.layers.2.mlp.down_proj.weight"), std::string::npos) << m;
+  EXPECT_NE(m.find("wrong shapes"), std::string::npos) << m;
+  EXPECT_NE(m.find("model.layers.0.mlp.gate_proj.weight: expected [48, 32], found [40, 32]"), std::string::npos) << m;
   // Untied checkpoint read as tied: lm_head.weight is unexpected.
   const ParamLayout untied(small(false));
-  const fs::path udir = temp("untied_as_tied");
+  const fs::path udir = fresh_path("untied_as_tied");
   export_hf_model(udir, untied, init_units(untied, 2), {});
-  try {
-    load_hf_weights(udir.string(), two);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unexpected tensors"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("lm_head.weight"), std::string::npos) << e.what();
-  }
+  const std::string u = error_of([&] { load_hf_weights(udir.string(), two); });
+  EXPECT_NE(u.find("unexpected tensors"), std::string::npos) << u;
+  EXPECT_NE(u.find("lm_head.weight"), std::string::npos) << u;
 }
 
 // An export from a Hugging Face model keeps the keys of its config.json that we do not
 // use (token ids, generation settings, ...); the ones we write are ours, and what a
 // changed model would contradict (layer_types, head_dim) follows the model.
 TEST(HfCheckpoint, ExportKeepsTheSourceConfigsOtherKeys) {
-  const fs::path src = temp("keys_src");
+  const fs::path src = fresh_path("keys_src");
   fs::create_directories(src);
   ModelConfig m = small(true);
   nlohmann::json j = hf_config_json(m);
@@ -165,7 +158,7 @@ TEST(HfCheckpoint, ExportKeepsTheSourceConfigsOtherKeys) {
   std::ofstream(src / "config.json") << j.dump(2);
   m.num_layers = 3;  // the run changed the model: model.layers=3
   const ParamLayout layout(m);
-  const fs::path out = temp("keys_out");
+  const fs::path out = fresh_path("keys_out");
   ExportOptions o;
   o.config_from = src.string();
   o.dtype = DType::F32;
@@ -187,13 +180,10 @@ TEST(HfCheckpoint, ExportKeepsTheSourceConfigsOtherKeys) {
   // A source config.json that is not an object is a data error naming it, before any write.
   std::ofstream(src / "config.json") << "[1, 2]";
   o.overwrite = true;
-  try {
-    export_hf_model(out, layout, init_units(layout, 2), o);
-    FAIL() << "accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find((src / "config.json").string()), std::string::npos) << e.what();
-    EXPECT_EQ(e.kind(), ErrorKind::Data);
-  }
+  const std::optional<Error> e = caught_error([&] { export_hf_model(out, layout, init_units(layout, 2), o); });
+  ASSERT_TRUE(e) << "accepted";
+  EXPECT_NE(std::string(e->what()).find((src / "config.json").string()), std::string::npos) << e->what();
+  EXPECT_EQ(e->kind(), ErrorKind::Data);
   EXPECT_EQ(load_hf_weights(out.string(), layout), init_units(layout, 1));  // the export before is intact
 }
 
@@ -204,25 +194,22 @@ TEST(HfCheckpoint, NonFiniteWeightsAreADataError) {
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
     auto units = init_units(layout, 1);
     units[1][7] = bad;  // layers.0: input_layernorm.weight[7]
-    const fs::path dir = temp("nonfinite");
+    const fs::path dir = fresh_path("nonfinite");
     ExportOptions o;
     o.dtype = DType::F32;
     export_hf_model(dir, layout, units, o);
-    try {
-      load_hf_weights(dir.string(), layout);
-      FAIL() << "accepted " << bad;
-    } catch (const Error& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("tensor 'model.layers.0.input_layernorm.weight' holds"), std::string::npos) << m;
-      EXPECT_NE(m.find("at element 7"), std::string::npos) << m;
-      EXPECT_EQ(e.kind(), ErrorKind::Data);
-    }
+    const std::optional<Error> e = caught_error([&] { load_hf_weights(dir.string(), layout); });
+    ASSERT_TRUE(e) << "accepted " << bad;
+    const std::string m = e->what();
+    EXPECT_NE(m.find("tensor 'model.layers.0.input_layernorm.weight' holds"), std::string::npos) << m;
+    EXPECT_NE(m.find("at element 7"), std::string::npos) << m;
+    EXPECT_EQ(e->kind(), ErrorKind::Data);
   }
 }
 
 TEST(HfCheckpoint, ExportRefusesANonEmptyDirectoryAndKeepsIt) {
   const ParamLayout layout(small(true));
-  const fs::path dir = temp("keep");
+  const fs::path dir = fresh_path("keep");
   ExportOptions o;
   o.dtype = DType::F32;
   export_hf_model(dir, layout, init_units(layout, 1), o);
@@ -236,7 +223,7 @@ TEST(HfCheckpoint, ExportRefusesANonEmptyDirectoryAndKeepsIt) {
 }
 
 TEST(Npy, WritesWhatItReadsAndRejectsBadFiles) {
-  const fs::path p = temp("a.npy");
+  const fs::path p = fresh_path("a.npy");
   const std::vector<float> v = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -1e-3f};
   write_npy_f32(p, {2, 3}, v.data());
   const NpyArray a = read_npy(p);
@@ -246,22 +233,14 @@ TEST(Npy, WritesWhatItReadsAndRejectsBadFiles) {
   EXPECT_EQ(std::memcmp(a.bytes.data(), v.data(), 24), 0);
   EXPECT_THROW(npy_as_int64(a, p), Error);  // floats are not token ids
 
-  const fs::path bad = temp("bad.npy");
+  const fs::path bad = fresh_path("bad.npy");
   std::ofstream(bad) << "not numpy";
   EXPECT_THROW(read_npy(bad), Error);
   // Truncated data: header says 6 floats, file holds 5.
-  std::string bytes;
-  {
-    std::ifstream in(p, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  std::ofstream(bad, std::ios::binary) << bytes.substr(0, bytes.size() - 4);
-  try {
-    read_npy(bad);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("bad.npy"), std::string::npos) << e.what();
-  }
+  const std::string bytes = testing::read_file(p);
+  testing::write_file(bad, bytes.substr(0, bytes.size() - 4));
+  const std::string e = error_of([&] { read_npy(bad); });
+  EXPECT_NE(e.find("bad.npy"), std::string::npos) << e;
 }
 
 // A version 1.0 .npy file with this header dict and these data bytes.
@@ -276,7 +255,7 @@ void write_npy_raw(const fs::path& p, std::string dict, const std::string& data)
 // A shape or dtype that is not what the data holds is refused, naming the file, before
 // anything is read from the data (an overflowing shape once passed as 32 bytes).
 TEST(Npy, MalformedShapesAndDtypesAreRefused) {
-  const fs::path p = temp("shape.npy");
+  const fs::path p = fresh_path("shape.npy");
   struct Case {
     const char* dict;
     size_t data_bytes;
@@ -297,14 +276,14 @@ TEST(Npy, MalformedShapesAndDtypesAreRefused) {
     write_npy_raw(p, c.dict, std::string(c.data_bytes, '\0'));
     for (auto read : {std::function<void()>([&] { read_npy(p); }),
                       std::function<void()>([&] { read_token_sequences(p, 100, 1 << 20); })}) {
-      try {
-        read();
+      const std::optional<Error> e = caught_error(read);
+      if (!e) {
         ADD_FAILURE() << "accepted: " << c.dict;
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(p.string()), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << c.dict << ": " << e.what();
-        EXPECT_EQ(e.kind(), ErrorKind::Data) << e.what();
+        continue;
       }
+      EXPECT_NE(std::string(e->what()).find(p.string()), std::string::npos) << e->what();
+      EXPECT_NE(std::string(e->what()).find(c.expect), std::string::npos) << c.dict << ": " << e->what();
+      EXPECT_EQ(e->kind(), ErrorKind::Data) << e->what();
     }
   }
   // Well-formed ones still read: 1-D with a trailing comma, 2-D, spaces anywhere.
@@ -316,7 +295,7 @@ TEST(Npy, MalformedShapesAndDtypesAreRefused) {
 
 // A write that fails (here: the path is a directory) leaves no temporary file behind.
 TEST(Npy, AFailedWriteLeavesNothingBehind) {
-  const fs::path dir = temp("npy_dir");
+  const fs::path dir = fresh_path("npy_dir");
   fs::create_directories(dir);
   const float v[2] = {1, 2};
   EXPECT_THROW(write_npy_f32(dir, {2}, v), Error);
@@ -325,18 +304,14 @@ TEST(Npy, AFailedWriteLeavesNothingBehind) {
 }
 
 TEST(TokenFile, TextFilesAndRangeChecks) {
-  const fs::path p = temp("tokens.txt");
+  const fs::path p = fresh_path("tokens.txt");
   std::ofstream(p) << "# comment\n1 2 3\n\n4 5\n";
   const auto s = read_token_sequences(p, 10, 16);
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s[0], (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(s[1], (std::vector<int32_t>{4, 5}));
-  try {
-    read_token_sequences(p, 5, 16);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("line 4, position 1: token id 5"), std::string::npos) << e.what();
-  }
+  const std::string e = error_of([&] { read_token_sequences(p, 5, 16); });
+  EXPECT_NE(e.find("line 4, position 1: token id 5"), std::string::npos) << e;
   std::ofstream(p) << "1 x 3\n";
   EXPECT_THROW(read_token_sequences(p, 10, 16), Error);
   std::ofstream(p) << "1\n";

@@ -5,38 +5,27 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "support/errors.h"
+#include "support/files.h"
+#include "support/temp_dir.h"
 
 namespace st {
 namespace {
 
 namespace fs = std::filesystem;
 
+using testing::expect_error;
+using testing::read_file;
+using testing::write_file;
+
 // A fresh directory per test, so that tests never see each other's files.
 fs::path test_dir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path d = fs::path(::testing::TempDir()) /
-               (std::string("st_io_") + info->test_suite_name() + "_" + info->name());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_all(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return testing::temp_dir(std::string("io_") + info->test_suite_name() + "_" + info->name());
 }
 
 std::string le64(uint64_t n) {
@@ -48,18 +37,6 @@ std::string le64(uint64_t n) {
 // A file with the given header text and `data_bytes` zero bytes of data.
 std::string st_file(const std::string& header, size_t data_bytes) {
   return le64(header.size()) + header + std::string(data_bytes, '\0');
-}
-
-// Runs `fn`, expecting an st::Error whose message holds every one of `words`.
-template <class Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& words) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one mentioning '" << words.front() << "'";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
-  }
 }
 
 template <class T>
@@ -117,7 +94,7 @@ TEST(Safetensors, HeaderIsSortedAndPaddedToEight) {
   for (const std::string extra : {"", "x", "xy", "xyz", "xyzw"}) {
     write_safetensors(path.string(), {{"zz" + extra, DType::F32, {3}, a.data()},
                                       {"aa", DType::F32, {1}, b.data()}});
-    const std::string bytes = read_all(path);
+    const std::string bytes = read_file(path);
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
     EXPECT_EQ(n % 8, 0u);
@@ -266,7 +243,7 @@ TEST(Safetensors, RejectsMalformedFiles) {
   for (const auto& c : bad_cases()) {
     SCOPED_TRACE(c.label);
     const fs::path path = dir / (std::string(c.label) + ".safetensors");
-    write_all(path, c.bytes);
+    write_file(path, c.bytes);
     auto words = c.words;
     words.push_back(path.filename().string());
     expect_error([&] { SafetensorsFile::open(path.string()); }, words);
@@ -292,7 +269,7 @@ TEST(Safetensors, AcceptsUnpaddedHeaderAndZeroSizeTensorsAnywhere) {
       R"({"b":{"dtype":"BF16","shape":[0],"data_offsets":[4,4]},)"
       R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
       R"("c":{"dtype":"I64","shape":[1,1],"data_offsets":[4,12]}})";
-  write_all(path, st_file(header, 12));
+  write_file(path, st_file(header, 12));
   const auto f = SafetensorsFile::open(path.string());
   ASSERT_EQ(f.tensors().size(), 3u);
   EXPECT_EQ(f.tensors()[0].name, "a");
@@ -323,7 +300,7 @@ TEST(SafetensorsSet, OpensIndexedShards) {
   Shards s;
   s.write(dir);
   write_safetensors_index(dir.string(), s.map(), 36);
-  const auto j = nlohmann::json::parse(read_all(dir / "model.safetensors.index.json"));
+  const auto j = nlohmann::json::parse(read_file(dir / "model.safetensors.index.json"));
   EXPECT_EQ(j["metadata"]["total_size"], 36);
 
   for (const fs::path& p : {dir, dir / "model.safetensors.index.json"}) {
@@ -377,23 +354,23 @@ TEST(SafetensorsSet, RejectsInconsistentIndex) {
                       "model-00002-of-00002.safetensors"});
 
   // A corrupt shard: the message names the index, the shard, and what is wrong.
-  write_all(dir / "model-00001-of-00002.safetensors", st_file("{bad", 0));
+  write_file(dir / "model-00001-of-00002.safetensors", st_file("{bad", 0));
   expect_error(open, {idx, "model-00001-of-00002.safetensors", "not valid JSON"});
 
-  write_all(dir / idx, R"({"weight_map":{"a":"../outside.safetensors"}})");
+  write_file(dir / idx, R"({"weight_map":{"a":"../outside.safetensors"}})");
   expect_error(open, {idx, "tensor 'a'", "not a plain file name"});
-  write_all(dir / idx, R"({"weight_map":{"a":"x","a":"y"}})");
+  write_file(dir / idx, R"({"weight_map":{"a":"x","a":"y"}})");
   expect_error(open, {idx, "duplicate key 'a'"});
-  write_all(dir / idx, R"({"weight_map":{"a":3}})");
+  write_file(dir / idx, R"({"weight_map":{"a":3}})");
   expect_error(open, {idx, "tensor 'a'", "not a string"});
-  write_all(dir / idx, R"({"metadata":{}})");
+  write_file(dir / idx, R"({"metadata":{}})");
   expect_error(open, {idx, "no 'weight_map'"});
-  write_all(dir / idx, R"({"weight_map":{}})");
+  write_file(dir / idx, R"({"weight_map":{}})");
   expect_error(open, {idx, "empty"});
-  write_all(dir / idx, "[");
+  write_file(dir / idx, "[");
   expect_error(open, {idx, "not valid JSON"});
 
-  write_all(dir / "model.safetensors", st_file("{}", 0));
+  write_file(dir / "model.safetensors", st_file("{}", 0));
   expect_error(open, {"both", idx, "model.safetensors"});
   fs::remove(dir / idx);
   fs::remove(dir / "model.safetensors");
@@ -416,7 +393,7 @@ TEST(SafetensorsSet, ShardedWriterSplitsAndReplacesLayouts) {
   EXPECT_EQ(set.read_f32("c"), c);
   EXPECT_EQ(set.read_f32("d"), d);
   EXPECT_EQ(set.files()[0]->metadata().at("format"), "pt");
-  const auto j = nlohmann::json::parse(read_all(dir / "model.safetensors.index.json"));
+  const auto j = nlohmann::json::parse(read_file(dir / "model.safetensors.index.json"));
   EXPECT_EQ(j["metadata"]["total_size"], 204);
   EXPECT_EQ(j["weight_map"]["d"], "model-00003-of-00003.safetensors");
 
@@ -436,13 +413,13 @@ TEST(SafetensorsWrite, FailureLeavesExistingFileIntact) {
   const fs::path path = dir / "keep.safetensors";
   float x = 1, y = 2;
   write_safetensors(path.string(), {{"x", DType::F32, {}, &x}});
-  const std::string before = read_all(path);
+  const std::string before = read_file(path);
 
   // The temporary cannot be created.
   fs::create_directory(path.string() + ".tmp");
   expect_error([&] { write_safetensors(path.string(), {{"y", DType::F32, {}, &y}}); },
                {"keep.safetensors", "cannot create"});
-  EXPECT_EQ(read_all(path), before);
+  EXPECT_EQ(read_file(path), before);
   fs::remove(path.string() + ".tmp");
 
   // Rejected before anything is written.
@@ -457,7 +434,7 @@ TEST(SafetensorsWrite, FailureLeavesExistingFileIntact) {
                {"reserved"});
   expect_error([&] { write_safetensors(path.string(), {{"\xff", DType::F32, {}, &y}}); },
                {"UTF-8"});
-  EXPECT_EQ(read_all(path), before);
+  EXPECT_EQ(read_file(path), before);
   EXPECT_FALSE(fs::exists(path.string() + ".tmp"));
 
   // The final rename fails (the target is a directory): the temporary is cleaned up.

@@ -10,17 +10,12 @@
 #include <string>
 
 #include "support/shell.h"
+#include "support/temp_dir.h"
 
 namespace {
 namespace fs = std::filesystem;
 using st::testing::run_shell;
-
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("st_launch_states_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+using st::testing::temp_dir;
 
 std::string pid_of(const fs::path& f) {
   std::ifstream in(f);

@@ -20,12 +20,14 @@
 #include <vector>
 
 #include "launch/launcher.h"
+#include "support/temp_dir.h"
 
 extern char** environ;
 
 namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using st::testing::temp_dir;
 
 struct Result {
   int status = 0;  // wait status of the launcher
@@ -96,13 +98,6 @@ Result finish(Launched l, double limit_s = 30) {
 
 Result launch(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
   return finish(start(args, extra_env));
-}
-
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("st_launch_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
 }
 
 bool wait_for_files(const std::vector<fs::path>& files, double limit_s = 10) {

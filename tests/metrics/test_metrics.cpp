@@ -1,13 +1,13 @@
 // What a run reports about itself: the time left (ETA) from the recent step times,
 // in the step line and the progress bar, and the keys of metrics.jsonl's step record.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "support/temp_dir.h"
 #include "metrics/metrics.h"
 
 namespace st {
@@ -64,10 +64,10 @@ TEST(Metrics, ProgressBarShowsStepsTokensPerSecondAndEta) {
   m.eta_s = 3720;
   ProgressBar bar("on");
   ASSERT_TRUE(bar.enabled());
-  testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStdout();
   bar.update(m);
   bar.clear();
-  const std::string out = testing::internal::GetCapturedStdout();
+  const std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_NE(out.find("30/120  25%"), std::string::npos) << out;
   EXPECT_NE(out.find("12.3K tok/s"), std::string::npos) << out;
   EXPECT_NE(out.find("eta 1h02m"), std::string::npos) << out;
@@ -76,7 +76,7 @@ TEST(Metrics, ProgressBarShowsStepsTokensPerSecondAndEta) {
 }
 
 TEST(Metrics, StepRecordHoldsEveryDocumentedKey) {
-  const fs::path p = fs::path(::testing::TempDir()) / ("st_metrics_" + std::to_string(::getpid()) + ".jsonl");
+  const fs::path p = testing::fresh_path("metrics.jsonl");
   StepMetrics m;
   m.step = 3;
   m.loss = 2.0;

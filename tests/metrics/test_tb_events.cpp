@@ -17,10 +17,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/backend.h"
-#include "comm/process_groups.h"
 #include "core/error.h"
 #include "config/model_config.h"
+#include "support/errors.h"
+#include "support/files.h"
+#include "support/metrics_jsonl.h"
+#include "support/temp_dir.h"
+#include "support/tiny_run.h"
 #include "metrics/metrics.h"
 #include "metrics/tb_event.pb.h"
 #include "metrics/tb_events.h"
@@ -31,12 +34,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path p = fs::path(::testing::TempDir()) / ("st_tb_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+using testing::error_of;
+using testing::temp_dir;
+using testing::train_on_cpu;
 
 // ---- an independent reader ----------------------------------------------------------
 
@@ -54,8 +54,7 @@ uint64_t le(const std::string& b, size_t at, int n) {
 
 // Every record of `path`, parsed; a framing or CRC error fails the test.
 std::vector<tb::Event> read_events(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string b = testing::read_file(path);
   std::vector<tb::Event> out;
   size_t at = 0;
   while (at < b.size()) {
@@ -194,12 +193,8 @@ TEST(TbEvents, FilesStartedInOneSecondGetNamesInOrder) {
 TEST(TbEvents, ErrorsNameTheDirectory) {
   const fs::path dir = temp_dir("errors");
   std::ofstream(dir / "plain") << "a file, not a directory";
-  try {
-    TbEventWriter w((dir / "plain" / "tb").string());
-    ADD_FAILURE() << "a writer opened under a regular file";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find((dir / "plain" / "tb").string()), std::string::npos) << e.what();
-  }
+  const std::string e = error_of([&] { TbEventWriter w((dir / "plain" / "tb").string()); });
+  EXPECT_NE(e.find((dir / "plain" / "tb").string()), std::string::npos) << "a writer under a regular file: " << e;
 }
 
 TEST(TbEvents, StepScalarsCarryEveryMetric) {
@@ -229,42 +224,15 @@ TEST(TbEvents, StepScalarsCarryEveryMetric) {
 // ---- training runs ------------------------------------------------------------------
 
 RunConfig small_run(int steps, const fs::path& out) {
-  RunConfig cfg;
-  cfg.model = model_preset("tiny");
-  cfg.model.num_layers = 1;
-  cfg.model.hidden_size = 32;
-  cfg.model.intermediate_size = 64;
-  cfg.train.steps = steps;
-  cfg.train.seq_len = 16;
-  cfg.train.micro_batch = 2;
-  cfg.optim.warmup_steps = 2;
+  RunConfig cfg = testing::tiny_run(
+      steps, {.layers = 1, .hidden = 32, .intermediate = 64, .seq_len = 16, .micro_batch = 2, .warmup_steps = 2});
   cfg.run.out_dir = out.string();
-  cfg.run.progress = "off";
   return cfg;
-}
-
-TrainResult train(const RunConfig& cfg) {
-  auto be = make_cpu_backend();
-  ProcessGroups groups = make_single_process_groups(*be);
-  Trainer t(cfg, *be, groups);
-  return t.run(false);
-}
-
-// The step records of metrics.jsonl, by step (the last record of a step wins).
-std::map<int64_t, nlohmann::json> jsonl_steps(const fs::path& path) {
-  std::map<int64_t, nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("step")) out[j["step"].get<int64_t>()] = j;
-  }
-  return out;
 }
 
 // Every tag at every step, each equal (as a float) to the step's metrics.jsonl value.
 void expect_scalars_match_jsonl(const Scalars& tb, const fs::path& jsonl, int steps) {
-  const auto js = jsonl_steps(jsonl);
+  const auto js = testing::step_records(jsonl);
   ASSERT_EQ(tb.size(), static_cast<size_t>(steps));
   for (int step = 1; step <= steps; ++step) {
     ASSERT_TRUE(tb.count(step)) << "step " << step;
@@ -289,7 +257,7 @@ void expect_scalars_match_jsonl(const Scalars& tb, const fs::path& jsonl, int st
 TEST(TbEvents, ATrainingRunWritesEveryScalarAtEveryStep) {
   const fs::path out = temp_dir("train");
   const RunConfig cfg = small_run(5, out);
-  const TrainResult r = train(cfg);
+  const TrainResult r = train_on_cpu(cfg);
   ASSERT_EQ(r.losses.size(), 5u);
   ASSERT_EQ(event_files(out / "tb").size(), 1u);
   const Scalars tb = merged_scalars(out / "tb");
@@ -299,7 +267,7 @@ TEST(TbEvents, ATrainingRunWritesEveryScalarAtEveryStep) {
   RunConfig again = cfg;
   again.run.resume = "none";
   again.train.steps = 3;
-  train(again);
+  train_on_cpu(again);
   ASSERT_EQ(event_files(out / "tb").size(), 1u);
   expect_scalars_match_jsonl(merged_scalars(out / "tb"), out / "metrics.jsonl", 3);
 }
@@ -308,7 +276,7 @@ TEST(TbEvents, TensorboardFalseWritesNoTbDirectory) {
   const fs::path out = temp_dir("off");
   RunConfig cfg = small_run(2, out);
   cfg.run.tensorboard = false;
-  EXPECT_EQ(train(cfg).losses.size(), 2u);
+  EXPECT_EQ(train_on_cpu(cfg).losses.size(), 2u);
   EXPECT_TRUE(fs::exists(out / "metrics.jsonl"));
   EXPECT_FALSE(fs::exists(out / "tb"));
 }
@@ -321,7 +289,7 @@ TEST(TbEvents, AResumedRunAppendsAndSupersedesTheStepsAfterItsCheckpoint) {
   RunConfig cfg = small_run(6, out);
   cfg.run.checkpoint_every = 3;
   cfg.run.keep_last = 0;
-  const TrainResult first = train(cfg);
+  const TrainResult first = train_on_cpu(cfg);
   ASSERT_TRUE(fs::exists(out / "checkpoints/step-3/manifest.json"));
   // The first run's values at steps 4-6, marked so that the resumed run's must replace them.
   const Scalars before = merged_scalars(out / "tb");
@@ -331,7 +299,7 @@ TEST(TbEvents, AResumedRunAppendsAndSupersedesTheStepsAfterItsCheckpoint) {
   resumed.train.steps = 8;
   resumed.optim.lr = cfg.optim.lr * 2;  // other values from step 4 on: which file won is visible
   resumed.run.resume = (out / "checkpoints/step-3").string();
-  const TrainResult second = train(resumed);
+  const TrainResult second = train_on_cpu(resumed);
   ASSERT_EQ(second.losses.size(), 5u);  // steps 4..8
 
   const std::vector<fs::path> files = event_files(out / "tb");
@@ -350,13 +318,13 @@ TEST(TbEvents, AResumedRunAppendsAndSupersedesTheStepsAfterItsCheckpoint) {
   }
   EXPECT_NE(merged.at(5).at("train/lr"), before.at(5).at("train/lr"));
   // From step-3 once more: a third file, and still every step once.
-  train(resumed);
+  train_on_cpu(resumed);
   EXPECT_EQ(event_files(out / "tb").size(), 3u);
   EXPECT_EQ(merged_scalars(out / "tb").size(), 8u);
   // Nothing left to do (the newest checkpoint is step 8's): no file.
   RunConfig done = resumed;
   done.run.resume = "auto";
-  EXPECT_TRUE(train(done).losses.empty());
+  EXPECT_TRUE(train_on_cpu(done).losses.empty());
   EXPECT_EQ(event_files(out / "tb").size(), 3u);
 }
 

@@ -8,30 +8,21 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "report/report.h"
+#include "support/files.h"
 #include "support/shell.h"
 
 namespace st {
 namespace {
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void spit(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << text;
-}
+using testing::read_file;
+using testing::write_file;
 
 size_t count(const std::string& hay, const std::string& needle) {
   size_t n = 0;
@@ -190,7 +181,8 @@ TEST_F(Report, UnfinishedRunStillPlotsAndSaysSo) {
 
 TEST_F(Report, InterruptedRunSaysBySignalAfterWhichStep) {
   const fs::path dir = copy_of("small", "interrupted");
-  spit(dir / "summary.json", R"({"interrupted": true, "signal": 15, "steps_done": 3, "steps": 4, "checkpoint": ""})");
+  write_file(dir / "summary.json",
+             R"({"interrupted": true, "signal": 15, "steps_done": 3, "steps": 4, "checkpoint": ""})");
   const std::string html = render_report({read_run(dir.string())});
   EXPECT_NE(html.find("interrupted by signal 15 after step 3 of 4"), std::string::npos);
 }
@@ -201,7 +193,7 @@ fs::path fake_run(const fs::path& root, const std::string& name, const std::stri
   fs::remove_all(dir);
   fs::create_directories(dir);
   fs::copy_file(root / "small" / "config.toml", dir / "config.toml");
-  spit(dir / "metrics.jsonl", metrics);
+  write_file(dir / "metrics.jsonl", metrics);
   return dir;
 }
 
@@ -328,7 +320,7 @@ std::string error_of(const std::string& dir) {
 }
 
 TEST_F(Report, MalformedMetricsLinesAreNamedByFileAndLine) {
-  const std::string good = slurp(root_ / "small" / "metrics.jsonl");
+  const std::string good = read_file(root_ / "small" / "metrics.jsonl");
   const std::string first = good.substr(0, good.find('\n') + 1);
   fs::path d = fake_run(root_, "bad1", first + first + "{\"step\": 3, \"loss\": \n");
   EXPECT_NE(error_of(d.string()).find((d / "metrics.jsonl").string() + ":3: not a JSON record"), std::string::npos)
@@ -352,19 +344,19 @@ TEST_F(Report, BadRunDirectoriesAndFilesAreNamed) {
   EXPECT_NE(error_of(d.string()).find((d / "metrics.jsonl").string() + ": not found"), std::string::npos)
       << error_of(d.string());
   d = copy_of("small", "badsummary");
-  spit(d / "summary.json", "{\n \"steps\": 4,\n \"world\": ,\n}\n");
+  write_file(d / "summary.json", "{\n \"steps\": 4,\n \"world\": ,\n}\n");
   EXPECT_NE(error_of(d.string()).find((d / "summary.json").string() + ":3: not valid JSON"), std::string::npos)
       << error_of(d.string());
-  spit(d / "summary.json", "{\n \"steps\": 4,\n \"world\": \"one\"\n}\n");
+  write_file(d / "summary.json", "{\n \"steps\": 4,\n \"world\": \"one\"\n}\n");
   EXPECT_NE(error_of(d.string()).find("summary.json:3: \"world\" must be a number"), std::string::npos)
       << error_of(d.string());
   d = copy_of("big", "badprofile");
-  spit(d / "profile.json", "{\"steps\": 2,\n\"rows\": 7}\n");
+  write_file(d / "profile.json", "{\"steps\": 2,\n\"rows\": 7}\n");
   EXPECT_NE(error_of(d.string()).find((d / "profile.json").string() + ":2: \"rows\" must be an array"),
             std::string::npos)
       << error_of(d.string());
   d = copy_of("small", "badconfig");
-  spit(d / "config.toml", "[train]\nmicro_batch = \"four\"\n");
+  write_file(d / "config.toml", "[train]\nmicro_batch = \"four\"\n");
   EXPECT_NE(error_of(d.string()).find("config.toml: key 'train.micro_batch' must be an integer, got a string (line 2)"),
             std::string::npos)
       << error_of(d.string());
@@ -380,7 +372,7 @@ TEST_F(Report, CommandWritesThePageAndRefusesBadOutputs) {
   auto r = sh("report " + runs + " --out " + (out / "report.html").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("report: 2 runs -> " + (out / "report.html").string()), std::string::npos) << r.out;
-  const std::string html = slurp(out / "report.html");
+  const std::string html = read_file(out / "report.html");
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_NE(html.find("</html>"), std::string::npos);
   EXPECT_FALSE(fs::exists(out / "report.html.tmp"));
@@ -405,10 +397,10 @@ TEST_F(Report, CommandWritesThePageAndRefusesBadOutputs) {
   EXPECT_FALSE(fs::exists(out / "labels.html"));
   r = sh("report " + runs + " --label one --label two --out " + (out / "labels.html").string());
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(slurp(out / "labels.html").find(">two</text>"), std::string::npos);
+  EXPECT_NE(read_file(out / "labels.html").find(">two</text>"), std::string::npos);
 
   // Bad input: the error names file:line, and nothing is written.
-  const std::string good = slurp(root_ / "small" / "metrics.jsonl");
+  const std::string good = read_file(root_ / "small" / "metrics.jsonl");
   const fs::path bad = fake_run(root_, "badcli", good.substr(0, good.find('\n') + 1) + "{oops\n");
   r = sh("report " + (root_ / "big").string() + " " + bad.string() + " --out " + (out / "bad.html").string());
   EXPECT_NE(r.code, 0);
@@ -430,10 +422,10 @@ TEST_F(Report, FailedWriteLeavesNoFileAndKeepsTheOldOne) {
   EXPECT_FALSE(fs::exists(out / "new.html"));
   EXPECT_FALSE(fs::exists(out / "new.html.tmp"));
 
-  spit(out / "old.html", "the old report");
+  write_file(out / "old.html", "the old report");
   r = testing::run_shell(cmd + (out / "old.html").string());
   EXPECT_NE(r.code, 0) << r.out;
-  EXPECT_EQ(slurp(out / "old.html"), "the old report");
+  EXPECT_EQ(read_file(out / "old.html"), "the old report");
   EXPECT_FALSE(fs::exists(out / "old.html.tmp"));
   EXPECT_EQ(std::distance(fs::directory_iterator(out), fs::directory_iterator()), 1);
 }

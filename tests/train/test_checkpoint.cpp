@@ -16,7 +16,10 @@
 #include "io/checkpoint.h"
 #include "config/model_config.h"
 #include "model/init.h"
+#include "support/errors.h"
 #include "support/fork_ranks.h"
+#include "support/temp_dir.h"
+#include "support/tiny_run.h"
 #include "train/checkpointing.h"
 #include "train/trainer.h"
 
@@ -25,12 +28,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path p = fs::path(::testing::TempDir()) / ("st_ckpt_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+using testing::error_of;
+using testing::temp_dir;
+using testing::tiny_run;
 
 ModelConfig small_model() {
   ModelConfig c = model_preset("tiny");
@@ -42,30 +42,17 @@ ModelConfig small_model() {
 }
 
 RunConfig small_run(int steps, const fs::path& ckpt) {
-  RunConfig cfg;
-  cfg.model = model_preset("tiny");
-  cfg.model.num_layers = 2;
-  cfg.model.hidden_size = 64;
-  cfg.model.intermediate_size = 128;
-  cfg.train.steps = steps;
-  cfg.train.seq_len = 32;
-  cfg.train.micro_batch = 4;
-  cfg.optim.warmup_steps = 3;
-  cfg.run.out_dir = "";
-  cfg.run.progress = "off";
+  RunConfig cfg = tiny_run(steps, {.micro_batch = 4, .warmup_steps = 3});
   cfg.run.checkpoint_dir = ckpt.string();
   return cfg;
 }
 
 TrainResult train(const RunConfig& cfg, std::vector<float>* final_weights = nullptr) {
-  auto be = make_cpu_backend();
-  ProcessGroups groups = make_single_process_groups(*be);
-  Trainer t(cfg, *be, groups);
-  TrainResult r = t.run(false);
-  if (final_weights)
-    for (int u = 0; u < t.params().plan().num_units(); ++u)
-      for (float x : t.params().gather_unit(u)) final_weights->push_back(x);
-  return r;
+  return testing::train_on_cpu(cfg, [&](Trainer& t) {
+    if (final_weights)
+      for (int u = 0; u < t.params().plan().num_units(); ++u)
+        for (float x : t.params().gather_unit(u)) final_weights->push_back(x);
+  });
 }
 
 TEST(Checkpoint, ResumedRunRepeatsTheUninterruptedOneBitForBit) {
@@ -103,13 +90,9 @@ TEST(Checkpoint, AnUnfinishedRunDirectoryIsNotWrittenOver) {
   EXPECT_EQ(train(cfg).losses.size(), 2u);
   EXPECT_EQ(train(cfg).losses.size(), 2u);  // finished: a new run may take the directory
   fs::remove(dir / "run/summary.json");     // as if killed before the end
-  try {
-    train(cfg);
-    ADD_FAILURE() << "an unfinished run directory was written over";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("holds an unfinished run"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("--run.resume=none"), std::string::npos) << e.what();
-  }
+  const std::string e = error_of([&] { train(cfg); });
+  EXPECT_NE(e.find("holds an unfinished run"), std::string::npos) << e;
+  EXPECT_NE(e.find("--run.resume=none"), std::string::npos) << e;
   cfg.run.resume = "none";
   EXPECT_EQ(train(cfg).losses.size(), 2u);
 }
@@ -128,10 +111,7 @@ void reshard(const std::string& name, int from, int from_g, int to, int to_g) {
     const int port = test::free_port();
     return test::run_ranks(world, [&](int rank) {
       auto be = make_cpu_backend();
-      Rendezvous where;
-      where.rank = rank;
-      where.world = world;
-      where.master_port = port;
+      const Rendezvous where{.rank = rank, .world = world, .master_port = port};
       ProcessGroups groups = world == 1 ? make_single_process_groups(*be) : init_process_groups(where, *be, g, 30);
       ParamLayout layout(c);
       ShardPlan plan(layout, groups.shard->world());
@@ -204,12 +184,7 @@ class Damaged : public ::testing::Test {
     RunConfig cfg = small_run(4, dir_);
     if (other) cfg.model = *other;
     cfg.run.resume = step_.string();
-    try {
-      train(cfg);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return error_of([&] { train(cfg); });
   }
   fs::path dir_, step_;
 };

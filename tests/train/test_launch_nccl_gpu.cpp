@@ -16,9 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "support/shell.h"
-#include "support/fork_ranks.h"
 #include "backend/backend.h"
+#include "support/fork_ranks.h"
+#include "support/metrics_jsonl.h"
+#include "support/shell.h"
+#include "support/temp_dir.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -44,22 +46,8 @@ Result sh(const std::string& cmd) {
 
 bool contains(const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; }
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("st_launch_nccl_" + name);
-  fs::remove_all(p);
-  return p;
-}
-
-std::vector<double> losses(const fs::path& metrics) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss") && j.contains("step")) out.push_back(j.at("loss").get<double>());
-  }
-  return out;
-}
+using st::testing::fresh_path;
+using st::testing::step_losses;
 
 // Random tokens: no data files needed wherever the test runs. NCCL_DEBUG=VERSION
 // makes NCCL print its version line at set-up: proof that it ran.
@@ -73,14 +61,14 @@ Result launch_train(int nproc, int micro_batch, const fs::path& out) {
 
 TEST(LaunchNcclGpu, OneRankTrainsThroughNccl) {
   if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const fs::path out = fresh_dir("one");
+  const fs::path out = fresh_path("one");
   const Result r = launch_train(1, 4, out);
   std::printf("%s(exit %d after %.1f s)\n", r.out.c_str(), r.code, r.seconds);
   ASSERT_EQ(r.code, 0) << "the launched run failed; its output is above";
   EXPECT_TRUE(contains(r.out, "step 5/5")) << "no 'step 5/5' line";
   EXPECT_TRUE(contains(r.out, "comm: NCCL over 1 rank(s)")) << "the world of one did not get NCCL groups";
   EXPECT_TRUE(contains(r.out, "NCCL version")) << "NCCL printed no version line (NCCL_DEBUG=VERSION)";
-  const std::vector<double> l = losses(out / "metrics.jsonl");
+  const std::vector<double> l = step_losses(out / "metrics.jsonl");
   ASSERT_EQ(l.size(), 5u) << "metrics.jsonl in " << out;
   for (double x : l) EXPECT_TRUE(std::isfinite(x));
 }
@@ -91,14 +79,14 @@ TEST(LaunchNcclGpu, OneRankTrainsThroughNccl) {
 TEST(LaunchNcclGpu, TwoRanksFollowOneRank) {
   if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << gpu_count();
-  const fs::path one = fresh_dir("ref1"), two = fresh_dir("two");
+  const fs::path one = fresh_path("ref1"), two = fresh_path("two");
   const Result a = launch_train(1, 4, one);
   ASSERT_EQ(a.code, 0) << a.out;
   const Result b = launch_train(2, 2, two);
   std::printf("%s(exit %d after %.1f s)\n", b.out.c_str(), b.code, b.seconds);
   ASSERT_EQ(b.code, 0) << "the 2-rank run failed; its output is above";
   EXPECT_TRUE(contains(b.out, "comm: NCCL over 2 rank(s)")) << "no NCCL groups line";
-  const std::vector<double> l1 = losses(one / "metrics.jsonl"), l2 = losses(two / "metrics.jsonl");
+  const std::vector<double> l1 = step_losses(one / "metrics.jsonl"), l2 = step_losses(two / "metrics.jsonl");
   ASSERT_EQ(l1.size(), 5u);
   ASSERT_EQ(l2.size(), 5u);
   for (size_t i = 0; i < l1.size(); ++i) {

@@ -21,11 +21,18 @@
 
 #include "io/safetensors.h"
 #include "metrics/metrics.h"
+#include "support/files.h"
 #include "support/fork_ranks.h"
+#include "support/metrics_jsonl.h"
 #include "support/shell.h"
+#include "support/temp_dir.h"
 
 namespace {
 namespace fs = std::filesystem;
+
+using st::testing::fresh_path;
+using st::testing::step_losses;
+using st::testing::temp_path;
 
 using Result = st::testing::ShellResult;
 Result sh(const std::string& cmd) { return st::testing::run_shell(cmd); }
@@ -33,33 +40,14 @@ Result sh(const std::string& cmd) { return st::testing::run_shell(cmd); }
 // A port range of this test process's own, so parallel ctest runs do not collide.
 int port(int k) { return 20000 + (getpid() % 2000) * 10 + k; }
 
-fs::path dir_of(const std::string& name) { return fs::path(::testing::TempDir()) / ("st_multirank_" + name); }
-
-fs::path temp(const std::string& name) {
-  fs::path p = dir_of(name);
-  fs::remove_all(p);
-  return p;
-}
-
 const std::string kModel =
     " --model.preset=tiny --model.layers=2 --model.hidden_size=64 --model.intermediate_size=128"
     " --train.seq_len=32 --optim.warmup_steps=5 --run.progress=off --dist.timeout_s=60";
 
-std::vector<double> losses(const fs::path& metrics) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("step")) out.push_back(j.at("loss").get<double>());  // skip e.g. transport_report
-  }
-  return out;
-}
-
 // Trains 20 steps of a 16-sequence global batch on `nproc` ranks, `accum` micro-batches
 // per step.
 std::vector<double> train(const std::string& name, int nproc, int k, const std::string& extra = "", int accum = 1) {
-  const fs::path out = temp(name);
+  const fs::path out = fresh_path(name);
   const int micro = 16 / nproc / accum;
   const std::string cmd = std::string(SHARDTRAIN_BINARY) + " launch --nproc-per-node " + std::to_string(nproc) +
                           " --master-port " + std::to_string(port(k)) + " -- train" + kModel +
@@ -68,7 +56,7 @@ std::vector<double> train(const std::string& name, int nproc, int k, const std::
                           " --run.export_dtype=f32" + extra;
   const Result r = sh(cmd);
   EXPECT_EQ(r.code, 0) << r.out;
-  return losses(out / "metrics.jsonl");
+  return step_losses(out / "metrics.jsonl");
 }
 
 void expect_same_curve(const std::vector<double>& a, const std::vector<double>& b, const std::string& what) {
@@ -79,8 +67,8 @@ void expect_same_curve(const std::vector<double>& a, const std::vector<double>& 
 }
 
 void expect_same_params(const std::string& a, const std::string& b) {
-  const auto x = st::SafetensorsSet::open((dir_of(a) / "model").string());
-  const auto y = st::SafetensorsSet::open((dir_of(b) / "model").string());
+  const auto x = st::SafetensorsSet::open((temp_path(a) / "model").string());
+  const auto y = st::SafetensorsSet::open((temp_path(b) / "model").string());
   ASSERT_EQ(x.names(), y.names());
   for (const std::string& name : x.names()) {
     const auto u = x.read_f32(name), v = y.read_f32(name);
@@ -120,7 +108,7 @@ TEST(MultiRankTraining, SameGlobalBatchSameCurveAtAnyWorldSize) {
 // the same curve as one rank does.
 TEST(MultiRankTraining, KubernetesIndexedJobPodsTrainTogether) {
   const auto one = train("k8s_w1", 1, 8);
-  const fs::path out = temp("k8s_pods");
+  const fs::path out = fresh_path("k8s_pods");
   fs::create_directories(out);
   auto pod = [&](int index) {
     const std::string i = std::to_string(index);
@@ -132,11 +120,11 @@ TEST(MultiRankTraining, KubernetesIndexedJobPodsTrainTogether) {
   const Result r = sh("(" + pod(1) + " > " + (out / "pod1.log").string() + " 2>&1; echo $? > " +
                       (out / "pod1.rc").string() + ") & " + pod(0) + "; rc=$?; wait; exit $rc");
   EXPECT_EQ(r.code, 0) << r.out;
-  std::ifstream rc(out / "pod1.rc"), log(out / "pod1.log");
+  std::ifstream rc(out / "pod1.rc");
   int code = -1;
   rc >> code;
-  EXPECT_EQ(code, 0) << std::string(std::istreambuf_iterator<char>(log), {});
-  expect_same_curve(one, losses(out / "pod0" / "metrics.jsonl"), "1 rank vs 2 Indexed Job pods");
+  EXPECT_EQ(code, 0) << st::testing::read_file(out / "pod1.log");
+  expect_same_curve(one, step_losses(out / "pod0" / "metrics.jsonl"), "1 rank vs 2 Indexed Job pods");
 }
 
 // torchelastic's rule: rank 1 is SIGKILLed after step 13 (a test-only fault hook); the
@@ -147,24 +135,24 @@ TEST(MultiRankTraining, RestartAfterARankIsKilledEndsWithTheSameLoss) {
   const auto straight = train("restart_ref", 2, 10, " --run.checkpoint_every=5");
   const int restart_port = st::test::free_port();  // the kernel's: no overlap with other tests' ranges
   auto command = [&](const fs::path& out, int restarts) {
-    return std::string("SHARDTRAIN_TEST_FAULT=1:13:") + dir_of("restart_marker").string() + " " + SHARDTRAIN_BINARY +
+    return std::string("SHARDTRAIN_TEST_FAULT=1:13:") + temp_path("restart_marker").string() + " " + SHARDTRAIN_BINARY +
            " launch --nproc-per-node 2 --max-restarts " + std::to_string(restarts) + " --master-port " +
            std::to_string(restart_port) + " -- train" + kModel +
            " --train.steps=20 --train.micro_batch=8 --run.checkpoint_every=5 --run.out_dir=" + out.string();
   };
-  const fs::path out = temp("restart");
-  fs::remove(dir_of("restart_marker"));
+  const fs::path out = fresh_path("restart");
+  fs::remove(temp_path("restart_marker"));
   const Result r = sh(command(out, 1));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("launch: restart 1 of 1 after rank 1 was killed by signal 9"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("resumed: "), std::string::npos) << r.out;
-  const auto resumed = losses(out / "metrics.jsonl");  // appended: steps 1-13, then from the checkpoint on
+  const auto resumed = step_losses(out / "metrics.jsonl");  // appended: steps 1-13, then from the checkpoint on
   ASSERT_FALSE(resumed.empty());
   ASSERT_EQ(straight.size(), 20u);
   EXPECT_EQ(resumed.back(), straight.back());
   // Without restarts the same fault ends the launch, naming the rank.
-  fs::remove(dir_of("restart_marker"));
-  const Result once = sh(command(temp("restart_once"), 0));
+  fs::remove(temp_path("restart_marker"));
+  const Result once = sh(command(fresh_path("restart_once"), 0));
   EXPECT_NE(once.code, 0) << once.out;
   EXPECT_NE(once.out.find("rank 1 was killed by signal 9"), std::string::npos) << once.out;
 }
@@ -174,16 +162,16 @@ TEST(MultiRankTraining, RestartAfterARankIsKilledEndsWithTheSameLoss) {
 TEST(MultiRankTraining, NoRestartAfterAConfigurationOrDataError) {
   const std::string launch = std::string(SHARDTRAIN_BINARY) + " launch --nproc-per-node 2 --max-restarts 3 --master-port " +
                              std::to_string(st::test::free_port()) + " -- train" + kModel + " --train.steps=2";
-  const Result bad_key = sh(launch + " --train.micro_batch=0 --run.out_dir=" + temp("norestart_usage").string());
+  const Result bad_key = sh(launch + " --train.micro_batch=0 --run.out_dir=" + fresh_path("norestart_usage").string());
   EXPECT_EQ(bad_key.code, 2) << bad_key.out;
   EXPECT_NE(bad_key.out.find("not restarting"), std::string::npos) << bad_key.out;
   EXPECT_NE(bad_key.out.find("a usage or configuration error"), std::string::npos) << bad_key.out;
   EXPECT_EQ(bad_key.out.find("restart 1 of 3"), std::string::npos) << bad_key.out;
-  const fs::path tokens = temp("norestart_data") / "shards";
+  const fs::path tokens = fresh_path("norestart_data") / "shards";
   fs::create_directories(tokens);
   { std::ofstream(tokens / "index.json") << "{\"version\": 1, \"shards\": ["; }
   const Result bad_data = sh(launch + " --data.source=tokens --data.paths=" + tokens.string() +
-                             " --run.out_dir=" + (temp("norestart_data") / "run").string());
+                             " --run.out_dir=" + (fresh_path("norestart_data") / "run").string());
   EXPECT_EQ(bad_data.code, 3) << bad_data.out;
   EXPECT_NE(bad_data.out.find("an error in input data or model files"), std::string::npos) << bad_data.out;
   EXPECT_EQ(bad_data.out.find("restart 1 of 3"), std::string::npos) << bad_data.out;
@@ -192,7 +180,7 @@ TEST(MultiRankTraining, NoRestartAfterAConfigurationOrDataError) {
 // SIGTERM mid-run (what Kubernetes sends): the ranks stop at the next step, save a
 // checkpoint, write an "interrupted" summary and exit 143; the same command continues.
 TEST(MultiRankTraining, SigtermLeavesACheckpointAndAnInterruptedSummary) {
-  const fs::path out = temp("sigterm");
+  const fs::path out = fresh_path("sigterm");
   const std::string cmd = std::string(SHARDTRAIN_BINARY) + " launch --nproc-per-node 2 --master-port " +
                           std::to_string(st::test::free_port()) + " -- train" + kModel +
                           " --train.steps=100000 --train.micro_batch=8 --run.checkpoint_every=1000 --run.out_dir=" +
@@ -212,7 +200,7 @@ TEST(MultiRankTraining, SigtermLeavesACheckpointAndAnInterruptedSummary) {
 // test-only delay in the writer): the run exits 143 when the grace period is over,
 // saying so, and leaves no complete checkpoint that resume=auto could take.
 TEST(MultiRankTraining, ASaveSlowerThanTheGracePeriodIsAbandoned) {
-  const fs::path out = temp("grace");
+  const fs::path out = fresh_path("grace");
   const std::string cmd = std::string("SHARDTRAIN_TEST_SAVE_DELAY_S=60 ") + SHARDTRAIN_BINARY + " train" + kModel +
                           " --train.steps=100000 --train.micro_batch=8 --run.checkpoint_every=100000"
                           " --run.term_grace_s=2 --run.out_dir=" + out.string();
@@ -231,7 +219,7 @@ TEST(MultiRankTraining, ASaveSlowerThanTheGracePeriodIsAbandoned) {
 // run with an error naming the file; the checkpoints before it stay complete and
 // loadable, and metrics.jsonl holds whole lines only.
 TEST(MultiRankTraining, AFullDiskStopsTheRunAndKeepsTheLastCheckpoint) {
-  const fs::path disk = temp("full_disk");
+  const fs::path disk = fresh_path("full_disk");
   fs::create_directories(disk);
   // The tiny model's checkpoint is 1.4 MB; 4 MB holds two and most of a third.
   const Result m = sh("mount -t tmpfs -o size=4m shardtrain-test " + disk.string() + " 2>&1");
@@ -287,7 +275,7 @@ TEST(MultiRankTraining, AFullDiskStopsTheRunAndKeepsTheLastCheckpoint) {
   std::ifstream latest(out / "checkpoints" / "latest");
   std::string name;
   ASSERT_TRUE(std::getline(latest, name)) << r.out;
-  const fs::path copy = temp("full_disk_resume");
+  const fs::path copy = fresh_path("full_disk_resume");
   fs::create_directories(copy);
   fs::copy(out / "checkpoints" / name, copy / name, fs::copy_options::recursive);
   const Result again = sh(std::string(SHARDTRAIN_BINARY) + " train" + kModel +
@@ -298,7 +286,7 @@ TEST(MultiRankTraining, AFullDiskStopsTheRunAndKeepsTheLastCheckpoint) {
 }
 
 TEST(MultiRankTraining, ARankThatDiesStopsTheLaunchNamingIt) {
-  const fs::path out = temp("dies");
+  const fs::path out = fresh_path("dies");
   const std::string train_cmd = std::string(SHARDTRAIN_BINARY) + " train" + kModel +
                                 " --train.steps=100000 --train.micro_batch=2 --run.out_dir=" + out.string() +
                                 " --dist.timeout_s=20";
@@ -313,7 +301,7 @@ TEST(MultiRankTraining, ARankThatDiesStopsTheLaunchNamingIt) {
 }
 
 TEST(MultiRankTraining, AMissingRankTimesOutNamingIt) {
-  const fs::path out = temp("missing");
+  const fs::path out = fresh_path("missing");
   const Result r = sh("RANK=0 WORLD_SIZE=3 LOCAL_RANK=0 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                       std::to_string(port(5)) + " " + SHARDTRAIN_BINARY + " train" + kModel +
                       " --train.steps=1 --train.micro_batch=2 --dist.timeout_s=3 --run.out_dir=" + out.string());

@@ -19,42 +19,25 @@
 #include "backend/factory.h"
 #include "comm/process_groups.h"
 #include "config/model_config.h"
+#include "support/tiny_run.h"
 #include "train/trainer.h"
 
 namespace st {
 namespace {
 
-RunConfig tiny_run(int steps) {
-  RunConfig cfg;
-  cfg.model = model_preset("tiny");
-  cfg.model.num_layers = 2;
-  cfg.model.hidden_size = 64;  // 4 heads (2 kv heads) of head_dim 16
-  cfg.model.intermediate_size = 128;
-  cfg.train.steps = steps;
-  cfg.train.seq_len = 32;
-  cfg.train.micro_batch = 8;
-  cfg.optim.warmup_steps = 5;
-  cfg.data.source = "text";
-  // The project's own sources: a byte corpus present wherever the tests are built.
-  cfg.data.paths = {std::string(SHARDTRAIN_SOURCE_DIR) + "/src"};
-  cfg.run.out_dir = "";
-  cfg.run.progress = "off";
-  return cfg;
-}
-
-TrainResult train(const RunConfig& cfg, Backend& be) {
-  ProcessGroups groups = make_single_process_groups(be);
-  Trainer t(cfg, be, groups);
-  return t.run(false);
-}
+using testing::tiny_run;
+using testing::train_one_rank;
 
 TEST(TrainGpu, LossFollowsTheCpuReference) {
   if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const RunConfig cfg = tiny_run(20);
+  RunConfig cfg = tiny_run(20);
+  cfg.data.source = "text";
+  // The project's own sources: a byte corpus present wherever the tests are built.
+  cfg.data.paths = {std::string(SHARDTRAIN_SOURCE_DIR) + "/src"};
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend(0);
-  const TrainResult c = train(cfg, *cpu);
-  const TrainResult g = train(cfg, *gpu);
+  const TrainResult c = train_one_rank(cfg, *cpu);
+  const TrainResult g = train_one_rank(cfg, *gpu);
   ASSERT_EQ(g.losses.size(), c.losses.size());
   double worst = 0;
   for (size_t i = 0; i < c.losses.size(); ++i) {

@@ -7,37 +7,19 @@
 #include "comm/process_groups.h"
 #include "config/model_config.h"
 #include "model/qwen2.h"
+#include "support/tiny_run.h"
 #include "train/memory_check.h"
 #include "train/trainer.h"
 
 namespace st {
 namespace {
 
-RunConfig small_run(int steps) {
-  RunConfig cfg;
-  cfg.model = model_preset("tiny");
-  cfg.model.num_layers = 2;
-  cfg.model.hidden_size = 64;
-  cfg.model.intermediate_size = 128;
-  cfg.train.steps = steps;
-  cfg.train.seq_len = 32;
-  cfg.train.micro_batch = 8;
-  cfg.optim.warmup_steps = 5;
-  cfg.run.out_dir = "";
-  cfg.run.progress = "off";
-  return cfg;
-}
-
-TrainResult run(const RunConfig& cfg) {
-  auto be = make_cpu_backend();
-  ProcessGroups groups = make_single_process_groups(*be);
-  Trainer t(cfg, *be, groups);
-  return t.run(false);
-}
+using testing::tiny_run;
+using testing::train_on_cpu;
 
 TEST(Trainer, SameSeedGivesBitwiseEqualLosses) {
-  const RunConfig cfg = small_run(6);
-  const TrainResult a = run(cfg), b = run(cfg);
+  const RunConfig cfg = tiny_run(6);
+  const TrainResult a = train_on_cpu(cfg), b = train_on_cpu(cfg);
   ASSERT_EQ(a.losses.size(), 6u);
   for (size_t i = 0; i < a.losses.size(); ++i) {
     EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;  // bitwise, not near
@@ -45,20 +27,20 @@ TEST(Trainer, SameSeedGivesBitwiseEqualLosses) {
   }
   RunConfig other = cfg;
   other.train.seed = cfg.train.seed + 1;
-  EXPECT_NE(run(other).losses[0], a.losses[0]);
+  EXPECT_NE(train_on_cpu(other).losses[0], a.losses[0]);
 }
 
 // Every train.recompute choice trains the same bits as keeping everything, with less
 // activation memory; "block" keeps the least.
 TEST(Trainer, RecomputeGivesTheSameLossesWithLessMemory) {
-  RunConfig keep = small_run(4);
-  const TrainResult want = run(keep);
+  RunConfig keep = tiny_run(4);
+  const TrainResult want = train_on_cpu(keep);
   size_t none_bytes = 0, least = SIZE_MAX;
   std::string least_name;
   for (const std::string& choice : recompute_choices()) {
     RunConfig cfg = keep;
     cfg.train.recompute = choice;
-    const TrainResult got = run(cfg);
+    const TrainResult got = train_on_cpu(cfg);
     ASSERT_EQ(got.losses.size(), want.losses.size()) << choice;
     for (size_t i = 0; i < want.losses.size(); ++i) {
       EXPECT_EQ(got.losses[i], want.losses[i]) << choice << ", step " << i + 1;
@@ -71,23 +53,23 @@ TEST(Trainer, RecomputeGivesTheSameLossesWithLessMemory) {
   EXPECT_EQ(least_name, "block");
   RunConfig bad = keep;
   bad.train.recompute = "everything";
-  EXPECT_THROW(run(bad), Error);
+  EXPECT_THROW(train_on_cpu(bad), Error);
 }
 
 TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {
-  RunConfig big = small_run(5);
+  RunConfig big = tiny_run(5);
   RunConfig accum = big;
   accum.train.micro_batch = 2;
   accum.train.grad_accum = 4;
-  const TrainResult a = run(big), b = run(accum);
+  const TrainResult a = train_on_cpu(big), b = train_on_cpu(accum);
   for (size_t i = 0; i < a.losses.size(); ++i)
     EXPECT_NEAR(a.losses[i], b.losses[i], 1e-5 * a.losses[i]) << "step " << i + 1;
 }
 
 TEST(Trainer, TrainingOnTheBuiltInCorpusLowersTheLoss) {
-  RunConfig cfg = small_run(60);
+  RunConfig cfg = tiny_run(60);
   cfg.optim.lr = 3e-3;
-  const TrainResult r = run(cfg);
+  const TrainResult r = train_on_cpu(cfg);
   EXPECT_NEAR(r.losses.front(), std::log(256.0), 0.3);  // uniform over bytes at init
   EXPECT_LT(r.losses.back(), r.losses.front() - 1.5) << "first " << r.losses.front() << " last " << r.losses.back();
   for (double l : r.losses) EXPECT_TRUE(std::isfinite(l));
@@ -105,15 +87,14 @@ double first_moment_norm(Fsdp& f) {
 // gradient the optimizer used: the clip value when clipped, the raw norm otherwise.
 TEST(Trainer, RandomDataTrainsAndClipsTheGradient) {
   for (double clip : {1e-3, 0.0, 1e6}) {
-    RunConfig cfg = small_run(1);
+    RunConfig cfg = tiny_run(1);
     cfg.data.source = "random";
     cfg.optim.grad_clip = clip;
-    auto be = make_cpu_backend();
-    ProcessGroups groups = make_single_process_groups(*be);
-    Trainer t(cfg, *be, groups);
-    const TrainResult r = t.run(false);
+    double used = 0;
+    const TrainResult r =
+        train_on_cpu(cfg, [&](Trainer& t) { used = first_moment_norm(t.params()) / (1 - cfg.optim.beta1); });
     EXPECT_NEAR(r.losses.front(), std::log(256.0), 0.3);
-    const double norm = r.grad_norms.front(), used = first_moment_norm(t.params()) / (1 - cfg.optim.beta1);
+    const double norm = r.grad_norms.front();
     ASSERT_GT(norm, 1e-3);
     const double want = clip > 0 && norm > clip ? clip : norm;
     EXPECT_NEAR(used, want, 1e-5 * want) << "grad_clip " << clip << ", gradient norm " << norm;
@@ -123,7 +104,7 @@ TEST(Trainer, RandomDataTrainsAndClipsTheGradient) {
 // The estimate the memory check makes before anything exists: activations exactly as
 // the model allocates them, and a total no larger than what a run holds.
 TEST(MemoryCheck, ActivationEstimateIsWhatTheModelAllocates) {
-  const ModelConfig m = small_run(1).model;
+  const ModelConfig m = tiny_run(1).model;
   const ParamLayout layout(m);
   auto be = make_cpu_backend();
   for (const std::string& choice : recompute_choices())
@@ -136,7 +117,7 @@ TEST(MemoryCheck, ActivationEstimateIsWhatTheModelAllocates) {
 }
 
 TEST(MemoryCheck, EstimateIsALowerBoundOfTheRun) {
-  const RunConfig cfg = small_run(1);
+  const RunConfig cfg = tiny_run(1);
   auto be = make_cpu_backend();
   ProcessGroups groups = make_single_process_groups(*be);
   Trainer t(cfg, *be, groups);
@@ -160,7 +141,7 @@ TEST(MemoryCheck, EstimateIsALowerBoundOfTheRun) {
 // before the shards or the activations are allocated.
 TEST(MemoryCheck, BadInputsAreRefusedBeforeTheModelIsAllocated) {
   for (int which = 0; which < 2; ++which) {
-    RunConfig cfg = small_run(1);
+    RunConfig cfg = tiny_run(1);
     if (which == 0) {
       cfg.data.source = "text";
       cfg.data.paths = {"/nonexistent/corpus"};
@@ -183,7 +164,7 @@ TEST(MemoryCheck, BadInputsAreRefusedBeforeTheModelIsAllocated) {
 // A model far larger than any machine is refused by the check, which allocates nothing,
 // naming the estimate and the limit; saturating arithmetic, no overflow.
 TEST(MemoryCheck, RefusesWhatCannotFitBeforeAllocating) {
-  RunConfig cfg = small_run(1);
+  RunConfig cfg = tiny_run(1);
   cfg.model = model_preset("qwen2.5-7b");
   cfg.model.num_layers = 100000;
   auto be = make_cpu_backend();
@@ -201,7 +182,7 @@ TEST(MemoryCheck, RefusesWhatCannotFitBeforeAllocating) {
   }
   EXPECT_EQ(be->peak_allocated_bytes(), 0u);
   // Two CPU ranks on one host need twice what one does.
-  cfg = small_run(1);
+  cfg = tiny_run(1);
   const uint64_t one = estimate_rank_memory(cfg, DType::F32, 1, true, 0).total();
   EXPECT_NO_THROW(check_rank_memory(cfg, *be, 1, true, 2));
   EXPECT_GT(one, 0u);
