@@ -6,7 +6,7 @@
 
 #include "backend/backend.h"
 #include "comm/process_groups.h"
-#include "model/config.h"
+#include "config/model_config.h"
 #include "train/trainer.h"
 
 namespace st::testing {
