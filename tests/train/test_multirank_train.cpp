@@ -167,12 +167,15 @@ TEST(MultiRankTraining, NoRestartAfterAConfigurationOrDataError) {
   EXPECT_NE(bad_key.out.find("not restarting"), std::string::npos) << bad_key.out;
   EXPECT_NE(bad_key.out.find("a usage or configuration error"), std::string::npos) << bad_key.out;
   EXPECT_EQ(bad_key.out.find("restart 1 of 3"), std::string::npos) << bad_key.out;
-  const fs::path tokens = fresh_path("norestart_data") / "shards";
+  // A prepared folder whose index.json is cut short (the run directory beside it, so
+  // that making one does not remove the other).
+  const fs::path base = fresh_path("norestart_data"), tokens = base / "shards";
   fs::create_directories(tokens);
   { std::ofstream(tokens / "index.json") << "{\"version\": 1, \"shards\": ["; }
   const Result bad_data = sh(launch + " --data.source=tokens --data.paths=" + tokens.string() +
-                             " --run.out_dir=" + (fresh_path("norestart_data") / "run").string());
+                             " --run.out_dir=" + (base / "run").string());
   EXPECT_EQ(bad_data.code, 3) << bad_data.out;
+  EXPECT_NE(bad_data.out.find("index.json"), std::string::npos) << bad_data.out;
   EXPECT_NE(bad_data.out.find("an error in input data or model files"), std::string::npos) << bad_data.out;
   EXPECT_EQ(bad_data.out.find("restart 1 of 3"), std::string::npos) << bad_data.out;
 }
