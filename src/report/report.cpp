@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_file.h"
 #include "core/log.h"
 #include "fabric/nccl_log.h"
 #include "fabric/report.h"
@@ -99,60 +100,6 @@ std::string grouped(long long v) {
 }
 
 std::string sig3(double v) { return fmt("%.3g", v); }
-
-// Where a JSON parse error is, as a line number of `text`.
-int line_of_byte(const std::string& text, size_t byte) {
-  byte = std::min(byte, text.size());
-  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(byte), '\n'));
-}
-
-// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
-std::string json_message(const std::exception& e) {
-  std::string m = e.what();
-  if (m.rfind("[json.exception.", 0) == 0) {
-    const size_t close = m.find("] ");
-    if (close != std::string::npos) m = m.substr(close + 2);
-  }
-  return m;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_data(path, ": cannot read");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// A whole-file JSON object (summary.json, profile.json) and its text; errors name
-// file:line.
-json read_json_object(const std::string& path, std::string& text) {
-  text = read_file(path);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail_data(path, ":", line_of_byte(text, e.byte ? e.byte - 1 : 0), ": not valid JSON: ", json_message(e));
-  }
-  if (!j.is_object()) fail_data(path, ":1: expected a JSON object, got ", j.type_name());
-  return j;
-}
-
-// The line of a key's value in a JSON file (where it is first spelled), for messages
-// about a value that parsed but has the wrong type; 0 when not found.
-int line_of_key(const std::string& text, const std::string& key) {
-  const size_t at = text.find("\"" + key + "\"");
-  return at == std::string::npos ? 0 : line_of_byte(text, at);
-}
-
-void require_number(const json& obj, const std::string& key, const std::string& path, const std::string& text) {
-  if (!obj.contains(key)) return;
-  const json& v = obj.at(key);
-  if (v.is_number()) return;
-  const int line = line_of_key(text, key);
-  fail_data(path, line ? ":" + std::to_string(line) : std::string(), ": \"", key, "\" must be a number, got ",
-            v.type_name());
-}
 
 // ---- config.toml --------------------------------------------------------------------
 
