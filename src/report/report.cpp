@@ -227,24 +227,7 @@ void read_metrics(RunData& r, const std::string& path) {
 
 // ---- summary.json, profile.json -----------------------------------------------------
 
-void read_summary(RunData& r, const std::string& path) {
-  std::string text;
-  json j = read_json_object(path, text);
-  for (const char* key : {"steps", "world", "seq_len", "micro_batch", "grad_accum", "first_loss", "final_loss",
-                          "tokens_per_s", "tokens_per_s_per_rank", "flops_per_token", "tflops_per_rank", "mfu",
-                          "peak_tflops", "peak_memory_bytes", "first_step_after_start_s", "signal", "steps_done",
-                          "last_loss"})
-    require_number(j, key, path, text);
-  for (const char* key : {"backend", "model", "checkpoint"})
-    if (j.contains(key) && !j.at(key).is_string()) {
-      const int line = line_of_key(text, key);
-      fail_data(path, line ? ":" + std::to_string(line) : std::string(), ": \"", key, "\" must be a string, got ",
-                j.at(key).type_name());
-    }
-  if (j.contains("interrupted") && !j.at("interrupted").is_boolean())
-    fail_data(path, ": \"interrupted\" must be true or false, got ", j.at("interrupted").type_name());
-  r.summary = std::move(j);
-}
+void read_summary(RunData& r, const std::string& path) { r.summary = read_run_summary(path); }
 
 void read_profile(RunData& r, const std::string& path) {
   std::string text;
@@ -273,9 +256,8 @@ long long tokens_per_rank_step(const RunConfig& c) {
 }
 
 void find_world(RunData& r) {
-  if (r.summary && r.summary->contains("world") && r.summary->at("world").is_number_integer() &&
-      r.summary->at("world").get<int>() > 0) {
-    r.world = r.summary->at("world").get<int>();
+  if (r.summary && r.summary->world && *r.summary->world > 0) {
+    r.world = *r.summary->world;
     r.world_from = "summary.json";
     return;
   }
@@ -338,7 +320,7 @@ std::string tag(const char* prefix, int v) {
 }
 
 std::string backend_of(const RunData& r) {
-  if (r.summary && r.summary->contains("backend")) return r.summary->at("backend").get<std::string>();
+  if (r.summary && r.summary->backend) return *r.summary->backend;
   return r.config.train.device;
 }
 
@@ -672,7 +654,7 @@ std::string model_text(const RunData& r) {
 }
 
 std::string status_html(const RunData& r) {
-  const int total = r.summary && r.summary->contains("steps") ? r.summary->at("steps").get<int>() : r.config.train.steps;
+  const int total = r.summary && r.summary->steps ? *r.summary->steps : r.config.train.steps;
   const int last = r.steps.empty() ? 0 : r.steps.back().step;
   const std::string logged = r.steps.empty() ? "no step logged"
                                              : std::to_string(r.steps.size()) + " step" +
@@ -682,12 +664,11 @@ std::string status_html(const RunData& r) {
     return "<p class=\"status finished\">finished: " + std::to_string(total) + " step" + (total == 1 ? "" : "s") +
            "</p>";
   if (r.interrupted()) {
-    const json& s = *r.summary;
+    const RunSummary& s = *r.summary;
     std::string t = "interrupted";
-    if (s.contains("signal")) t += " by signal " + std::to_string(s.at("signal").get<int>());
-    if (s.contains("steps_done")) t += " after step " + std::to_string(s.at("steps_done").get<int>()) + " of " + std::to_string(total);
-    if (s.contains("checkpoint") && !s.at("checkpoint").get<std::string>().empty())
-      t += "; checkpoint in " + s.at("checkpoint").get<std::string>();
+    if (s.signal) t += " by signal " + std::to_string(*s.signal);
+    if (s.steps_done) t += " after step " + std::to_string(*s.steps_done) + " of " + std::to_string(total);
+    if (s.checkpoint && !s.checkpoint->empty()) t += "; checkpoint in " + *s.checkpoint;
     return "<p class=\"status interrupted\">" + esc(t) + " (" + esc(logged) + ")</p>";
   }
   return "<p class=\"status unfinished\">unfinished: no summary.json (" + esc(logged) +
@@ -734,24 +715,24 @@ std::string run_card(const RunData& r, size_t i) {
 
   // Summary numbers: summary.json when the run finished; otherwise what the steps say.
   if (r.finished()) {
-    const json& s = *r.summary;
-    auto num = [&](const char* k) { return s.contains(k) ? s.at(k).get<double>() : 0.0; };
-    if (s.contains("first_loss") && s.contains("final_loss"))
-      row(o, "loss", fmt("%.4f", num("first_loss")) + " → " + fmt("%.4f", num("final_loss")));
-    if (s.contains("tokens_per_s"))
+    const RunSummary& s = *r.summary;
+    auto num = [](const auto& v) { return v ? static_cast<double>(*v) : 0.0; };
+    if (s.first_loss && s.final_loss)
+      row(o, "loss", fmt("%.4f", num(s.first_loss)) + " → " + fmt("%.4f", num(s.final_loss)));
+    if (s.tokens_per_s)
       row(o, "tokens/s",
-          human_count(num("tokens_per_s")) +
-              (r.world > 1 ? " (" + human_count(num("tokens_per_s_per_rank")) + " per rank)" : std::string()) +
+          human_count(num(s.tokens_per_s)) +
+              (r.world > 1 ? " (" + human_count(num(s.tokens_per_s_per_rank)) + " per rank)" : std::string()) +
               " <span class=\"small\">mean after step 1</span>");
-    if (num("mfu") > 0)
-      row(o, "MFU", fmt("%.1f%%", 100 * num("mfu")) + " <span class=\"small\">(" + sig3(num("tflops_per_rank")) +
-                        " of " + sig3(num("peak_tflops")) + " TFLOP/s per rank)</span>");
+    if (num(s.mfu) > 0)
+      row(o, "MFU", fmt("%.1f%%", 100 * num(s.mfu)) + " <span class=\"small\">(" + sig3(num(s.tflops_per_rank)) +
+                        " of " + sig3(num(s.peak_tflops)) + " TFLOP/s per rank)</span>");
     else
       row(o, "MFU", "<span class=\"small\">not known (no peak TFLOP/s for this device)</span>");
-    if (num("peak_memory_bytes") > 0)
-      row(o, "peak memory", human_bytes(num("peak_memory_bytes")) + " <span class=\"small\">per rank, after step 1</span>");
-    if (num("first_step_after_start_s") > 0)
-      row(o, "first step", fmt("%.2f s", num("first_step_after_start_s")) +
+    if (num(s.peak_memory_bytes) > 0)
+      row(o, "peak memory", human_bytes(num(s.peak_memory_bytes)) + " <span class=\"small\">per rank, after step 1</span>");
+    if (num(s.first_step_after_start_s) > 0)
+      row(o, "first step", fmt("%.2f s", num(s.first_step_after_start_s)) +
                                " <span class=\"small\">after the process started</span>");
   } else {
     if (!r.steps.empty() && r.steps.front().values.contains("loss") && r.steps.back().values.contains("loss"))
