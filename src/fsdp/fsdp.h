@@ -104,6 +104,8 @@ class Fsdp final : public ParamProvider {
   // HSDP: whether gradients from now on are summed across replicas as soon as they are
   // reduce-scattered (default), or left to accumulate per replica (see above).
   void set_replica_sync(bool on) { replica_sync_ = on; }
+  // Before micro-batch i of the n of a step: replicas sum in the last one only.
+  void begin_micro_batch(int i, int n) { set_replica_sync(i + 1 == n); }
 
  private:
   struct UnitState {

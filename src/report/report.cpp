@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_file.h"
 #include "core/log.h"
 #include "fabric/nccl_log.h"
 #include "fabric/transport_report.h"
@@ -99,58 +100,6 @@ std::string grouped(long long v) {
 
 std::string sig3(double v) { return fmt("%.3g", v); }
 
-// Where a JSON parse error is, as a line number of `text`.
-int line_of_byte(const std::string& text, size_t byte) {
-  byte = std::min(byte, text.size());
-  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(byte), '\n'));
-}
-
-// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
-std::string json_message(const std::exception& e) {
-  std::string m = e.what();
-  if (m.rfind("[json.exception.", 0) == 0) {
-    const size_t close = m.find("] ");
-    if (close != std::string::npos) m = m.substr(close + 2);
-  }
-  return m;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_data(path, ": cannot read");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// A whole-file JSON object (summary.json, profile.json) and its text; errors name
-// file:line.
-json read_json_object(const std::string& path, std::string& text) {
-  text = read_file(path);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail_data(path, ":", line_of_byte(text, e.byte ? e.byte - 1 : 0), ": not valid JSON: ", json_message(e));
-  }
-  if (!j.is_object()) fail_data(path, ":1: expected a JSON object, got ", j.type_name());
-  return j;
-}
-
-// The line of a key's value in a JSON file (where it is first spelled), for messages
-// about a value that parsed but has the wrong type; 0 when not found.
-int line_of_key(const std::string& text, const std::string& key) {
-  const size_t at = text.find("\"" + key + "\"");
-  return at == std::string::npos ? 0 : line_of_byte(text, at);
-}
-
-void require_number(const json& obj, const std::string& key, const std::string& path, const std::string& text) {
-  if (!obj.contains(key)) return;
-  const json& v = obj.at(key);
-  if (v.is_number()) return;
-  const int line = line_of_key(text, key);
-  fail_data(path, line ? ":" + std::to_string(line) : std::string(), ": \"", key, "\" must be a number, got ",
-            v.type_name());
 }
 
 // ---- metrics.jsonl ------------------------------------------------------------------
@@ -213,24 +162,7 @@ void read_metrics(RunData& r, const std::string& path) {
 
 // ---- summary.json, profile.json -----------------------------------------------------
 
-void read_summary(RunData& r, const std::string& path) {
-  std::string text;
-  json j = read_json_object(path, text);
-  for (const char* key : {"steps", "world", "seq_len", "micro_batch", "grad_accum", "first_loss", "final_loss",
-                          "tokens_per_s", "tokens_per_s_per_rank", "flops_per_token", "tflops_per_rank", "mfu",
-                          "peak_tflops", "peak_memory_bytes", "first_step_after_start_s", "signal", "steps_done",
-                          "last_loss"})
-    require_number(j, key, path, text);
-  for (const char* key : {"backend", "model", "checkpoint"})
-    if (j.contains(key) && !j.at(key).is_string()) {
-      const int line = line_of_key(text, key);
-      fail_data(path, line ? ":" + std::to_string(line) : std::string(), ": \"", key, "\" must be a string, got ",
-                j.at(key).type_name());
-    }
-  if (j.contains("interrupted") && !j.at("interrupted").is_boolean())
-    fail_data(path, ": \"interrupted\" must be true or false, got ", j.at("interrupted").type_name());
-  r.summary = std::move(j);
-}
+void read_summary(RunData& r, const std::string& path) { r.summary = read_run_summary(path); }
 
 void read_profile(RunData& r, const std::string& path) {
   std::string text;
@@ -259,9 +191,8 @@ long long tokens_per_rank_step(const RunConfig& c) {
 }
 
 void find_world(RunData& r) {
-  if (r.summary && r.summary->contains("world") && r.summary->at("world").is_number_integer() &&
-      r.summary->at("world").get<int>() > 0) {
-    r.world = r.summary->at("world").get<int>();
+  if (r.summary && r.summary->world && *r.summary->world > 0) {
+    r.world = *r.summary->world;
     r.world_from = "summary.json";
     return;
   }
@@ -324,7 +255,7 @@ std::string tag(const char* prefix, int v) {
 }
 
 std::string backend_of(const RunData& r) {
-  if (r.summary && r.summary->contains("backend")) return r.summary->at("backend").get<std::string>();
+  if (r.summary && r.summary->backend) return *r.summary->backend;
   return r.config.train.device;
 }
 
@@ -658,7 +589,7 @@ std::string model_text(const RunData& r) {
 }
 
 std::string status_html(const RunData& r) {
-  const int total = r.summary && r.summary->contains("steps") ? r.summary->at("steps").get<int>() : r.config.train.steps;
+  const int total = r.summary && r.summary->steps ? *r.summary->steps : r.config.train.steps;
   const int last = r.steps.empty() ? 0 : r.steps.back().step;
   const std::string logged = r.steps.empty() ? "no step logged"
                                              : std::to_string(r.steps.size()) + " step" +
@@ -668,12 +599,11 @@ std::string status_html(const RunData& r) {
     return "<p class=\"status finished\">finished: " + std::to_string(total) + " step" + (total == 1 ? "" : "s") +
            "</p>";
   if (r.interrupted()) {
-    const json& s = *r.summary;
+    const RunSummary& s = *r.summary;
     std::string t = "interrupted";
-    if (s.contains("signal")) t += " by signal " + std::to_string(s.at("signal").get<int>());
-    if (s.contains("steps_done")) t += " after step " + std::to_string(s.at("steps_done").get<int>()) + " of " + std::to_string(total);
-    if (s.contains("checkpoint") && !s.at("checkpoint").get<std::string>().empty())
-      t += "; checkpoint in " + s.at("checkpoint").get<std::string>();
+    if (s.signal) t += " by signal " + std::to_string(*s.signal);
+    if (s.steps_done) t += " after step " + std::to_string(*s.steps_done) + " of " + std::to_string(total);
+    if (s.checkpoint && !s.checkpoint->empty()) t += "; checkpoint in " + *s.checkpoint;
     return "<p class=\"status interrupted\">" + esc(t) + " (" + esc(logged) + ")</p>";
   }
   return "<p class=\"status unfinished\">unfinished: no summary.json (" + esc(logged) +
@@ -720,24 +650,24 @@ std::string run_card(const RunData& r, size_t i) {
 
   // Summary numbers: summary.json when the run finished; otherwise what the steps say.
   if (r.finished()) {
-    const json& s = *r.summary;
-    auto num = [&](const char* k) { return s.contains(k) ? s.at(k).get<double>() : 0.0; };
-    if (s.contains("first_loss") && s.contains("final_loss"))
-      row(o, "loss", fmt("%.4f", num("first_loss")) + " → " + fmt("%.4f", num("final_loss")));
-    if (s.contains("tokens_per_s"))
+    const RunSummary& s = *r.summary;
+    auto num = [](const auto& v) { return v ? static_cast<double>(*v) : 0.0; };
+    if (s.first_loss && s.final_loss)
+      row(o, "loss", fmt("%.4f", num(s.first_loss)) + " → " + fmt("%.4f", num(s.final_loss)));
+    if (s.tokens_per_s)
       row(o, "tokens/s",
-          human_count(num("tokens_per_s")) +
-              (r.world > 1 ? " (" + human_count(num("tokens_per_s_per_rank")) + " per rank)" : std::string()) +
+          human_count(num(s.tokens_per_s)) +
+              (r.world > 1 ? " (" + human_count(num(s.tokens_per_s_per_rank)) + " per rank)" : std::string()) +
               " <span class=\"small\">mean after step 1</span>");
-    if (num("mfu") > 0)
-      row(o, "MFU", fmt("%.1f%%", 100 * num("mfu")) + " <span class=\"small\">(" + sig3(num("tflops_per_rank")) +
-                        " of " + sig3(num("peak_tflops")) + " TFLOP/s per rank)</span>");
+    if (num(s.mfu) > 0)
+      row(o, "MFU", fmt("%.1f%%", 100 * num(s.mfu)) + " <span class=\"small\">(" + sig3(num(s.tflops_per_rank)) +
+                        " of " + sig3(num(s.peak_tflops)) + " TFLOP/s per rank)</span>");
     else
       row(o, "MFU", "<span class=\"small\">not known (no peak TFLOP/s for this device)</span>");
-    if (num("peak_memory_bytes") > 0)
-      row(o, "peak memory", human_bytes(num("peak_memory_bytes")) + " <span class=\"small\">per rank, after step 1</span>");
-    if (num("first_step_after_start_s") > 0)
-      row(o, "first step", fmt("%.2f s", num("first_step_after_start_s")) +
+    if (num(s.peak_memory_bytes) > 0)
+      row(o, "peak memory", human_bytes(num(s.peak_memory_bytes)) + " <span class=\"small\">per rank, after step 1</span>");
+    if (num(s.first_step_after_start_s) > 0)
+      row(o, "first step", fmt("%.2f s", num(s.first_step_after_start_s)) +
                                " <span class=\"small\">after the process started</span>");
   } else {
     if (!r.steps.empty() && r.steps.front().values.contains("loss") && r.steps.back().values.contains("loss"))

@@ -15,8 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fabric/transport_report.h"
 #include "config/run_config.h"
+#include "fabric/transport_report.h"
+#include "metrics/run_summary.h"
 
 namespace st {
 
@@ -34,7 +35,7 @@ struct RunData {
 
   RunConfig config;           // config.toml, as `shardtrain train --config` reads it
   std::string model_note;     // why the model's dimensions are unknown ("" when they are known)
-  std::optional<nlohmann::json> summary;    // summary.json, when the run wrote one
+  std::optional<RunSummary> summary;        // summary.json, when the run wrote one
   std::optional<FabricReport> transport;    // the last {"transport_report": ...} of metrics.jsonl
   std::optional<nlohmann::json> profile;    // profile.json, when there
   std::vector<StepRecord> steps;            // by step; a step logged twice (a resumed run) keeps its last record
@@ -44,8 +45,8 @@ struct RunData {
   int world = 0;
   std::string world_from;  // "summary.json", "transport report", "tokens per step"
 
-  bool finished() const { return summary && !summary->value("interrupted", false); }
-  bool interrupted() const { return summary && summary->value("interrupted", false); }
+  bool finished() const { return summary && summary->finished(); }
+  bool interrupted() const { return summary && !summary->finished(); }
 };
 
 // Reads one run directory. A directory that is missing, or lacks config.toml or

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -14,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/log.h"
 #include "io/safetensors.h"
 
 namespace st {
@@ -229,6 +231,39 @@ std::string CheckpointWriter::poll(Comm& world, bool wait) {
       },
       "checkpoint: rank 0 could not complete " + st->final_dir);
   return st->final_dir;
+}
+
+void CheckpointWriter::maybe_save(const CheckpointSchedule& when, int step, uint64_t tokens_seen, bool stop,
+                                  const ModelConfig& model, Fsdp& fsdp, Comm& world, Comm& shard, Comm* replicate) {
+  const int every = when.every;
+  const bool due = every > 0 && (step % every == 0 || step == when.last_step);
+  // A checkpoint still being written: committed once every writer is done.
+  auto committed = [&](const std::string& dir) {
+    if (dir.empty()) return;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " (%.2f s after its copy, written while training went on)", now_seconds() - began_);
+    when.say("checkpoint: " + dir + buf);
+  };
+  if (pending()) committed(poll(world, /*wait=*/false));
+  if (when.save.dir.empty() || !(due || (stop && every > 0))) return;
+  CheckpointSave w = when.save;
+  w.step = step;
+  w.tokens_seen = tokens_seen;
+  if (pending()) committed(poll(world, /*wait=*/true));  // one save at a time
+  const double t0 = now_seconds();
+  begin(w, model, fsdp, world, shard, replicate);
+  began_ = now_seconds();
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " started: shards copied to host memory in %.2f s", began_ - t0);
+  when.say("checkpoint of step " + std::to_string(step) + buf);
+  // The last one (or one asked for by a signal) is waited for.
+  if (stop || step == when.last_step) committed(poll(world, /*wait=*/true));
+}
+
+void CheckpointWriter::finish(const CheckpointSchedule& when, Comm& world) {
+  if (!pending()) return;  // e.g. a run whose last step was not a checkpoint step
+  const std::string dir = poll(world, /*wait=*/true);
+  if (!dir.empty()) when.say("checkpoint: " + dir);
 }
 
 std::string save_checkpoint(const CheckpointSave& w, const ModelConfig& model, Fsdp& fsdp, Comm& world, Comm& shard,

@@ -3,6 +3,7 @@
 // Loading works at any world size and shard group size: each rank takes its slice of
 // every unit from the saved shards by range arithmetic (ShardPlan::pieces_from).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,6 +23,15 @@ struct CheckpointSave {
   uint64_t seed = 0;
   std::string run_config;     // TOML, for the record
   int keep_last = 0;          // > 0: prune to this many afterwards
+};
+
+// When a run saves (run.checkpoint_every) and what each of its saves records.
+struct CheckpointSchedule {
+  CheckpointSave save;  // dir ("": the run saves nothing), seed, run_config, keep_last; step and tokens_seen per save
+  int every = 0;        // after every `every`-th step and after the last one; 0: never
+  int last_step = 0;    // train.steps
+  // Prints a line about a save (the trainer's: on rank 0, past its progress bar).
+  std::function<void(const std::string&)> say;
 };
 
 // A checkpoint written in the background while training goes on: begin() copies
@@ -47,6 +57,15 @@ class CheckpointWriter {
   std::string poll(Comm& world, bool wait);
   bool pending() const { return pending_; }
 
+  // A run's schedule at the boundary after step `step` (collective): commits a save
+  // that has finished meanwhile; then, when a save is due (or `stop` asks for one and
+  // the run saves at all), waits for the one in flight and begins this one, and
+  // waits for it too when it is the last step's or a stop's. Says what it does.
+  void maybe_save(const CheckpointSchedule& when, int step, uint64_t tokens_seen, bool stop, const ModelConfig& model,
+                  Fsdp& fsdp, Comm& world, Comm& shard, Comm* replicate);
+  // After a run's last step (collective): waits for a save still in flight.
+  void finish(const CheckpointSchedule& when, Comm& world);
+
  private:
   void join();
   // The host copy for pieces of these sizes (floats, in save order): page-locked
@@ -59,6 +78,7 @@ class CheckpointWriter {
   struct State;
   std::shared_ptr<State> state_;
   bool pending_ = false;
+  double began_ = 0;  // when the save in flight had its shards copied (maybe_save)
   // The shards' host copy, kept from one save to the next (page-locked where the
   // backend offers it, so the copy runs at the bus's rate).
   struct HostChunk {

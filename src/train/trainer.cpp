@@ -1,17 +1,10 @@
 #include "train/trainer.h"
 
-#include <chrono>
-#include <condition_variable>
-#include <csignal>
-#include <ctime>
-#include <functional>
-#include <mutex>
-#include <thread>
 #include <cmath>
-#include <cstdlib>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -22,84 +15,12 @@
 #include "core/files.h"
 #include "train/checkpointing.h"
 #include "train/flops.h"
+#include "metrics/run_summary.h"
 #include "metrics/tb_events.h"
+#include "train/stop_signal.h"
 
 namespace st {
 namespace {
-
-// SIGTERM (what Kubernetes and a spot interruption send) or SIGINT: the first asks
-// the run to stop at the next step boundary; a second one stops it at once.
-volatile std::sig_atomic_t g_stop_signal = 0;
-volatile std::sig_atomic_t g_stop_at_s = 0;  // CLOCK_MONOTONIC seconds of the first signal
-
-void on_stop_signal(int sig) {
-  if (g_stop_signal != 0) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
-  g_stop_at_s = static_cast<std::sig_atomic_t>(ts.tv_sec);
-  g_stop_signal = sig;
-}
-
-double monotonic_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-// run.term_grace_s: once the ranks stop for a signal, the save must be complete
-// within the grace period counted from the signal (Kubernetes kills the pod at its
-// terminationGracePeriodSeconds). Past it this exits the process with 128 + the
-// signal, after `on_expiry` (the summary); the unfinished step-N.tmp is never chosen
-// by resume=auto, so the last complete checkpoint stays the one to resume from.
-class GraceWatchdog {
- public:
-  GraceWatchdog(double deadline_s, int sig, std::function<void()> on_expiry)
-      : thread_([this, deadline_s, sig, on_expiry = std::move(on_expiry)] {
-          std::unique_lock<std::mutex> lock(mu_);
-          while (!done_) {
-            const double left = deadline_s - monotonic_s();
-            if (left <= 0) {
-              on_expiry();
-              std::fflush(nullptr);
-              std::_Exit(128 + sig);
-            }
-            cv_.wait_for(lock, std::chrono::duration<double>(left));
-          }
-        }) {}
-  ~GraceWatchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
-
-// Installs the handlers for the run's duration.
-struct StopSignals {
-  using Handler = void (*)(int);
-  Handler term, intr;
-  StopSignals() {
-    g_stop_signal = 0;
-    term = std::signal(SIGTERM, on_stop_signal);
-    intr = std::signal(SIGINT, on_stop_signal);
-  }
-  ~StopSignals() {
-    std::signal(SIGTERM, term);
-    std::signal(SIGINT, intr);
-  }
-};
 
 // A test-only fault: SHARDTRAIN_TEST_FAULT="rank:step:marker" kills this process with
 // SIGKILL after `step` on that rank, once (the marker file records that it happened).
@@ -117,7 +38,73 @@ void test_fault(int rank, int step) {
   std::raise(SIGKILL);
 }
 
+// Before anything is written: an expectation nothing can check is an error.
+void check_transport_checkable(const RunConfig& cfg, bool have_fabric, Device device) {
+  ST_CHECK(cfg.fabric.expect_transport.empty() || have_fabric, "fabric.expect_transport=", cfg.fabric.expect_transport,
+           " checks NCCL's transport, but this run has no NCCL communicator (",
+           device == Device::CPU ? "the CPU backend uses Gloo" : "a world of 1 not started by a launcher",
+           "); drop it, or run on GPUs under `shardtrain launch`");
+}
+
+// A fresh start must not write over a run that stopped half way and left nothing
+// to continue from (its metrics would be lost in silence). Collective; rank 0 looks.
+void check_out_dir_fresh(const RunConfig& cfg, Comm& comm, int start) {
+  std::string why;
+  if (comm.rank() == 0 && start == 0 && cfg.run.resume == "auto" && !cfg.run.out_dir.empty() &&
+      std::filesystem::exists(cfg.run.out_dir + "/metrics.jsonl")) {
+    bool finished = false;
+    try {
+      finished = read_run_summary(cfg.run.out_dir + "/summary.json").finished();
+    } catch (const std::exception&) {
+    }
+    if (!finished)
+      why = "run.out_dir '" + cfg.run.out_dir + "' holds an unfinished run (metrics.jsonl, no finished "
+            "summary.json) and no checkpoint to continue from; pass --run.resume=none to start afresh over it, or "
+            "choose another run.out_dir";
+  }
+  if (comm.all_reduce_sum(why.empty() ? 0.0 : 1.0) > 0)
+    fail(why.empty() ? "rank 0 refused to start: run.out_dir holds an unfinished run" : why);
+}
+
+// The AdamW parameters of step s (0-based): the schedule's learning rate, and the
+// gradient scaled down to optim.grad_clip when its global norm is above it.
+AdamWParams adamw_at(const OptimOptions& o, const LrSchedule& schedule, int s, double grad_norm) {
+  AdamWParams p;
+  p.lr = static_cast<float>(schedule.at(s));
+  p.beta1 = static_cast<float>(o.beta1);
+  p.beta2 = static_cast<float>(o.beta2);
+  p.eps = static_cast<float>(o.eps);
+  p.weight_decay = static_cast<float>(o.weight_decay);
+  p.step = s + 1;
+  const double clip = o.grad_clip;
+  p.grad_scale = clip > 0 && grad_norm > clip ? static_cast<float>(clip / grad_norm) : 1.0f;
+  return p;
+}
+
+// summary.json of a run stopped by signal `sig` after step `done`.
+RunSummary interrupted_summary(int sig, int done, int steps, const std::string& checkpoint) {
+  RunSummary s;
+  s.steps = steps;
+  s.interrupted = true;
+  s.signal = sig, s.steps_done = done;
+  s.checkpoint = checkpoint;
+  return s;
+}
+
 }  // namespace
+
+// What one run() keeps from step to step: what it writes and prints as it goes, and
+// what it adds up for its result.
+struct Trainer::RunState {
+  bool out = false;                      // prints: verbose, on rank 0
+  int start = 0;                         // the steps done before this run (resumed)
+  std::unique_ptr<MetricsLog> metrics;   // rank 0 with a run.out_dir
+  std::unique_ptr<TbEventWriter> tb;
+  EtaEstimator eta;
+  ProgressBar bar{"off"};
+  TrainResult result;
+  double timed_tokens = 0, timed_s = 0;  // over the steps after the first
+};
 
 Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
                  std::shared_ptr<const FabricReport> fabric)
@@ -305,7 +292,7 @@ StepMetrics Trainer::step(int s) {
   const float scale = static_cast<float>(1.0 / total_valid);
   for (size_t micro = 0; micro < batches_.size(); ++micro) {
     // HSDP: gradients are summed across replicas once per step, in the last backward.
-    fsdp_->set_replica_sync(micro + 1 == batches_.size());
+    fsdp_->begin_micro_batch(static_cast<int>(micro), static_cast<int>(batches_.size()));
     const Batch& b = batches_[micro];
     ST_NVTX_RANGE("micro-batch", static_cast<int>(micro));
     loss_sum += model_->forward_backward(*fsdp_, b.inputs.data(), b.targets.data(), scale, cfg_.data.ignore_index).sum;
@@ -315,15 +302,7 @@ StepMetrics Trainer::step(int s) {
            "); lower optim.lr or check the data");
 
   const double norm = fsdp_->grad_norm();
-  AdamWParams p;
-  p.lr = static_cast<float>(schedule_.at(s));
-  p.beta1 = static_cast<float>(cfg_.optim.beta1);
-  p.beta2 = static_cast<float>(cfg_.optim.beta2);
-  p.eps = static_cast<float>(cfg_.optim.eps);
-  p.weight_decay = static_cast<float>(cfg_.optim.weight_decay);
-  p.step = s + 1;
-  const double clip = cfg_.optim.grad_clip;
-  p.grad_scale = clip > 0 && norm > clip ? static_cast<float>(clip / norm) : 1.0f;
+  const AdamWParams p = adamw_at(cfg_.optim, schedule_, s, norm);
   fsdp_->step(p);
   be_.synchronize();
 
@@ -347,53 +326,56 @@ StepMetrics Trainer::step(int s) {
 }
 
 TrainResult Trainer::run(bool verbose) {
-  const bool rank0 = comm_.rank() == 0;
-  const bool out = verbose && rank0;
-  // Before anything is written: an expectation nothing can check is an error.
-  ST_CHECK(cfg_.fabric.expect_transport.empty() || fabric_, "fabric.expect_transport=", cfg_.fabric.expect_transport,
-           " checks NCCL's transport, but this run has no NCCL communicator (",
-           be_.device() == Device::CPU ? "the CPU backend uses Gloo" : "a world of 1 not started by a launcher",
-           "); drop it, or run on GPUs under `shardtrain launch`");
+  check_transport_checkable(cfg_, fabric_ != nullptr, be_.device());
   // Where to continue from: rank 0 decides, every rank loads (collectively).
   const int start = resume();
-  // A fresh start must not write over a run that stopped half way and left nothing
-  // to continue from (its metrics would be lost in silence).
-  {
-    std::string why;
-    if (rank0 && start == 0 && cfg_.run.resume == "auto" && !cfg_.run.out_dir.empty() &&
-        std::filesystem::exists(cfg_.run.out_dir + "/metrics.jsonl")) {
-      bool finished = false;
-      try {
-        std::ifstream in(cfg_.run.out_dir + "/summary.json");
-        finished = in && !nlohmann::json::parse(in).value("interrupted", false);
-      } catch (const std::exception&) {
-      }
-      if (!finished)
-        why = "run.out_dir '" + cfg_.run.out_dir + "' holds an unfinished run (metrics.jsonl, no finished "
-              "summary.json) and no checkpoint to continue from; pass --run.resume=none to start afresh over it, or "
-              "choose another run.out_dir";
-    }
-    if (comm_.all_reduce_sum(why.empty() ? 0.0 : 1.0) > 0)
-      fail(why.empty() ? "rank 0 refused to start: run.out_dir holds an unfinished run" : why);
+  check_out_dir_fresh(cfg_, comm_, start);
+  RunState st = open_outputs(start, verbose && comm_.rank() == 0);
+  t_start_ = now_seconds();
+  StopSignals signals;
+  int stopped_by = 0;
+  CheckpointWriter writer;
+  const CheckpointSchedule schedule = checkpoint_schedule(st);
+  if (prof_ && cfg_.run.profile_warmup == 0) prof_->open_window(), profile_ms_ = 0;
+  for (int s = start; s < cfg_.train.steps && !stopped_by; ++s) {  // a stop ends it on every rank, at one step
+    StepMetrics m = step(s);
+    record_step(st, s, m);
+    test_fault(comm_.rank(), m.step);
+    // The ranks agree at every step boundary whether any of them was told to stop.
+    const StopRequest stop = signals.agree(comm_);
+    stopped_by = stop.signal;
+    const std::unique_ptr<GraceWatchdog> watchdog = watch_grace(stop, m.step, st.out);
+    const size_t step1_peak = s == start ? be_.peak_allocated_bytes() : 0;
+    if (s == start) be_.reset_peak_allocated();  // the first step's transient set-up is not the steady state
+    writer.maybe_save(schedule, m.step, static_cast<uint64_t>(tokens_seen_), stop.requested(), cfg_.model, *fsdp_,
+                      comm_, shard_, replicate_);
+    print_step(st, m, s == start, step1_peak, stop.requested());
   }
-  std::unique_ptr<MetricsLog> metrics;
+  writer.finish(schedule, comm_);
+  if (stopped_by) stop_interrupted(st, stopped_by);
+  return finish(st);
+}
+
+Trainer::RunState Trainer::open_outputs(int start, bool out) {
+  RunState st;
+  st.out = out;
+  st.start = start;
+  const bool rank0 = comm_.rank() == 0;
   if (rank0 && !cfg_.run.out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(cfg_.run.out_dir, ec);
     ST_CHECK(!ec, "run.out_dir: cannot create '", cfg_.run.out_dir, "': ", ec.message());
     write_text_atomic(cfg_.run.out_dir + "/config.toml", run_config_toml(cfg_));
-    metrics = std::make_unique<MetricsLog>(cfg_.run.out_dir + "/metrics.jsonl", /*append=*/start > 0);
+    st.metrics = std::make_unique<MetricsLog>(cfg_.run.out_dir + "/metrics.jsonl", /*append=*/start > 0);
   }
   // TensorBoard: a new events file per run; a fresh start drops the old ones, as it
   // truncates metrics.jsonl, and a resumed run's START record supersedes the steps
   // after its checkpoint (docs/operations.md).
-  std::unique_ptr<TbEventWriter> tb;
-  if (metrics && cfg_.run.tensorboard && start < cfg_.train.steps) {
+  if (st.metrics && cfg_.run.tensorboard && start < cfg_.train.steps) {
     if (start == 0) remove_tb_event_files(cfg_.run.out_dir + "/tb");
-    tb = std::make_unique<TbEventWriter>(cfg_.run.out_dir + "/tb");
-    tb->write_start(start + 1);
+    st.tb = std::make_unique<TbEventWriter>(cfg_.run.out_dir + "/tb");
+    st.tb->write_start(start + 1);
   }
-  EtaEstimator eta;
   // Refuse an export target that would fail only after the whole run.
   if (rank0 && !cfg_.run.export_dir.empty()) check_export_dir(cfg_.run.export_dir, false);
   if (out) print_header();
@@ -406,146 +388,109 @@ TrainResult Trainer::run(bool verbose) {
   }
   // The transport report goes in before the first step, and a run on the wrong
   // fabric stops here, on every rank, before any step has run.
-  if (metrics && fabric_) metrics->write(nlohmann::json{{"transport_report", to_json(*fabric_)}});
+  if (st.metrics && fabric_) st.metrics->write(nlohmann::json{{"transport_report", to_json(*fabric_)}});
   if (!cfg_.fabric.expect_transport.empty()) require_expected_transport(*fabric_, cfg_.fabric.expect_transport);
-  ProgressBar bar(out ? cfg_.run.progress : "off");
+  st.bar = ProgressBar(out ? cfg_.run.progress : "off");
+  return st;
+}
 
-  TrainResult r;
-  t_start_ = now_seconds();
-  double timed_tokens = 0, timed_s = 0;
-  const int first = start;
-  StopSignals signals;
-  int stopped_by = 0;
-  CheckpointWriter writer;
-  if (prof_ && cfg_.run.profile_warmup == 0) prof_->open_window(), profile_ms_ = 0;
-  for (int s = start; s < cfg_.train.steps; ++s) {
-    StepMetrics m = step(s);
-    m.eta_s = eta.update(m.step, m.total_steps, m.step_s);
-    if (s == first) first_step_after_start_ = seconds_since_process_start();
-    r.losses.push_back(m.loss);
-    r.grad_norms.push_back(m.grad_norm);
-    if (s > first) timed_tokens += m.tokens_per_s * m.step_s, timed_s += m.step_s;  // the first step warms up
-    if (metrics) metrics->write_step(m);
-    if (tb) tb->write_scalars(m.step, step_scalars(m));
-    if (prof_) profile_step(s, first, m, out);
-    test_fault(comm_.rank(), m.step);
-    // The ranks agree at every step boundary whether any of them was told to stop.
-    const bool stop = comm_.all_reduce_sum(g_stop_signal != 0 ? 1.0 : 0.0) > 0;
-    std::unique_ptr<GraceWatchdog> watchdog;
-    if (stop) {
-      stopped_by = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
-      // Counted from this rank's signal (or from now, where another rank got it).
-      const double since = g_stop_signal != 0 ? static_cast<double>(g_stop_at_s) : monotonic_s();
-      const int done = m.step;
-      watchdog = std::make_unique<GraceWatchdog>(since + cfg_.run.term_grace_s, stopped_by, [this, out, done,
-                                                                                                 stopped_by] {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%g", cfg_.run.term_grace_s);
-        std::fprintf(stderr,
-                     "shardtrain: error: run.term_grace_s = %s s passed since signal %d before the checkpoint of "
-                     "step %d was complete; exiting without it (resume=auto takes the last complete checkpoint)\n",
-                     buf, stopped_by, done);
-        if (out) {
-          try {
-            write_text_atomic(cfg_.run.out_dir + "/summary.json",
-                              nlohmann::json{{"interrupted", true},
-                                             {"signal", stopped_by},
-                                             {"steps_done", done},
-                                             {"steps", cfg_.train.steps},
-                                             {"checkpoint", ""},
-                                             {"checkpoint_incomplete", "term_grace_s passed"}}
-                                      .dump(1) + "\n");
-          } catch (const std::exception&) {
-          }
-        }
-      });
+CheckpointSchedule Trainer::checkpoint_schedule(RunState& st) const {
+  CheckpointSchedule c;
+  c.save.dir = checkpoint_dir();
+  c.save.seed = cfg_.train.seed;
+  if (!c.save.dir.empty()) c.save.run_config = run_config_toml(cfg_);
+  c.save.keep_last = cfg_.run.keep_last;
+  c.every = cfg_.run.checkpoint_every;
+  c.last_step = cfg_.train.steps;
+  c.say = [&st](const std::string& line) {
+    if (!st.out) return;
+    st.bar.clear();
+    log_info(line);
+  };
+  return c;
+}
+
+void Trainer::record_step(RunState& st, int s, StepMetrics& m) {
+  const int first = st.start;
+  TrainResult& r = st.result;
+  m.eta_s = st.eta.update(m.step, m.total_steps, m.step_s);
+  if (s == first) first_step_after_start_ = seconds_since_process_start();
+  r.losses.push_back(m.loss);
+  r.grad_norms.push_back(m.grad_norm);
+  if (s > first) st.timed_tokens += m.tokens_per_s * m.step_s, st.timed_s += m.step_s;  // the first step warms up
+  if (st.metrics) st.metrics->write_step(m);
+  if (st.tb) st.tb->write_scalars(m.step, step_scalars(m));
+  if (prof_) profile_step(s, first, m, st.out);
+}
+
+void Trainer::print_step(RunState& st, const StepMetrics& m, bool first, size_t step1_peak, bool stop) {
+  if (!st.out) return;
+  if (first || m.step % cfg_.train.log_every == 0 || m.step == cfg_.train.steps || stop) {
+    st.bar.clear();
+    log_info(format_step_line(m));
+  }
+  if (first) {
+    log_info(memory_check_line(step1_peak));
+    if (first_step_after_start_ > 0) {
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "first step done %.2f s after the process started (set-up %.2f s, step %.2f s)",
+                    first_step_after_start_, first_step_after_start_ - m.step_s, m.step_s);
+      log_info(buf);
     }
-    const size_t step1_peak = s == first ? be_.peak_allocated_bytes() : 0;
-    if (s == first) be_.reset_peak_allocated();  // the first step's transient set-up is not the steady state
-    const int every = cfg_.run.checkpoint_every;
-    const bool due = every > 0 && (m.step % every == 0 || m.step == cfg_.train.steps);
-    // A checkpoint still being written: committed once every writer is done.
-    auto committed = [&](const std::string& dir) {
-      if (!out || dir.empty()) return;
-      bar.clear();
-      char buf[96];
-      std::snprintf(buf, sizeof buf, " (%.2f s after its copy, written while training went on)",
-                    now_seconds() - ckpt_began_);
-      log_info("checkpoint: " + dir + buf);
-    };
-    if (writer.pending()) committed(writer.poll(comm_, /*wait=*/false));
-    if (!checkpoint_dir().empty() && (due || (stop && every > 0))) {
-      CheckpointSave w;
-      w.dir = checkpoint_dir();
-      w.step = m.step;
-      w.tokens_seen = static_cast<uint64_t>(tokens_seen_);
-      w.seed = cfg_.train.seed;
-      w.run_config = run_config_toml(cfg_);
-      w.keep_last = cfg_.run.keep_last;
-      if (writer.pending()) committed(writer.poll(comm_, /*wait=*/true));  // one save at a time
-      const double t0 = now_seconds();
-      writer.begin(w, cfg_.model, *fsdp_, comm_, shard_, replicate_);
-      ckpt_began_ = now_seconds();
-      if (out) {
-        bar.clear();
-        char buf[96];
-        std::snprintf(buf, sizeof buf, " started: shards copied to host memory in %.2f s", ckpt_began_ - t0);
-        log_info("checkpoint of step " + std::to_string(m.step) + buf);
-      }
-      // The last one (or one asked for by a signal) is waited for.
-      if (stop || m.step == cfg_.train.steps) committed(writer.poll(comm_, /*wait=*/true));
-    }
+  }
+  st.bar.update(m);
+}
+
+std::unique_ptr<GraceWatchdog> Trainer::watch_grace(const StopRequest& stop, int done, bool out) {
+  if (!stop.requested()) return nullptr;
+  const int sig = stop.signal;
+  return std::make_unique<GraceWatchdog>(stop.since_s + cfg_.run.term_grace_s, sig, [this, out, done, sig] {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", cfg_.run.term_grace_s);
+    std::fprintf(stderr,
+                 "shardtrain: error: run.term_grace_s = %s s passed since signal %d before the checkpoint of "
+                 "step %d was complete; exiting without it (resume=auto takes the last complete checkpoint)\n",
+                 buf, sig, done);
     if (out) {
-      if (s == first || m.step % cfg_.train.log_every == 0 || m.step == cfg_.train.steps || stop) {
-        bar.clear();
-        log_info(format_step_line(m));
+      try {
+        RunSummary s = interrupted_summary(sig, done, cfg_.train.steps, "");
+        s.checkpoint_incomplete = "term_grace_s passed";
+        write_text_atomic(cfg_.run.out_dir + "/summary.json", run_summary_text(s));
+      } catch (const std::exception&) {
       }
-      if (s == first) {
-        log_info(memory_check_line(step1_peak));
-        if (first_step_after_start_ > 0) {
-          char buf[128];
-          std::snprintf(buf, sizeof buf, "first step done %.2f s after the process started (set-up %.2f s, step %.2f s)",
-                        first_step_after_start_, first_step_after_start_ - m.step_s, m.step_s);
-          log_info(buf);
-        }
-      }
-      bar.update(m);
     }
-    if (stop) break;  // every rank, at the same step
+  });
+}
+
+void Trainer::stop_interrupted(RunState& st, int sig) {
+  st.bar.clear();
+  const TrainResult& r = st.result;
+  const int done = r.losses.empty() ? st.start : st.start + static_cast<int>(r.losses.size());
+  if (st.metrics) {
+    RunSummary s = interrupted_summary(sig, done, cfg_.train.steps,
+                                       cfg_.run.checkpoint_every > 0 ? checkpoint_dir() : "");
+    s.last_loss = r.losses.empty() ? 0.0 : r.losses.back();
+    write_text_atomic(cfg_.run.out_dir + "/summary.json", run_summary_text(s));
   }
-  if (writer.pending()) {  // e.g. a run whose last step was not a checkpoint step
-    const std::string dir = writer.poll(comm_, /*wait=*/true);
-    if (out && !dir.empty()) log_info("checkpoint: " + dir);
-  }
-  if (stopped_by) {
-    bar.clear();
-    const int done = r.losses.empty() ? start : start + static_cast<int>(r.losses.size());
-    if (metrics) {
-      write_text_atomic(cfg_.run.out_dir + "/summary.json",
-                        nlohmann::json{{"interrupted", true},
-                                       {"signal", stopped_by},
-                                       {"steps_done", done},
-                                       {"steps", cfg_.train.steps},
-                                       {"checkpoint", cfg_.run.checkpoint_every > 0 ? checkpoint_dir() : ""},
-                                       {"last_loss", r.losses.empty() ? 0.0 : r.losses.back()}}
-                                .dump(1) + "\n");
-    }
-    throw Interrupted("interrupted by signal " + std::to_string(stopped_by) + " after step " + std::to_string(done) +
-                          (cfg_.run.checkpoint_every > 0 && !checkpoint_dir().empty()
-                               ? "; checkpoint saved, rerun the same command to continue (run.resume=auto)"
-                               : "; no checkpoint (run.checkpoint_every is 0)"),
-                      stopped_by);
-  }
-  bar.clear();
+  throw Interrupted("interrupted by signal " + std::to_string(sig) + " after step " + std::to_string(done) +
+                        (cfg_.run.checkpoint_every > 0 && !checkpoint_dir().empty()
+                             ? "; checkpoint saved, rerun the same command to continue (run.resume=auto)"
+                             : "; no checkpoint (run.checkpoint_every is 0)"),
+                    sig);
+}
+
+TrainResult Trainer::finish(RunState& st) {
+  st.bar.clear();
+  TrainResult& r = st.result;
   if (r.losses.empty()) {  // resumed from the last step: nothing left to do
-    if (out) log_info("done: all " + std::to_string(cfg_.train.steps) + " steps were done already (" + resumed_from_ + ")");
-    return r;
+    if (st.out) log_info("done: all " + std::to_string(cfg_.train.steps) + " steps were done already (" + resumed_from_ + ")");
+    return std::move(r);
   }
-  r.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0;
+  r.tokens_per_s = st.timed_s > 0 ? st.timed_tokens / st.timed_s : 0;
   r.tflops_per_rank = r.tokens_per_s * flops_per_token_ / comm_.world() / 1e12;
   r.mfu = peak_tflops_ > 0 ? r.tflops_per_rank / peak_tflops_ : 0;
   r.peak_memory_bytes = be_.peak_allocated_bytes();
-  if (out) {
+  if (st.out) {
     char buf[320];
     std::snprintf(buf, sizeof buf, "done: %d steps, loss %.4f -> %.4f, %s tok/s (mean after step 1), %.1fs",
                   cfg_.train.steps, r.losses.front(), r.losses.back(), human_count(r.tokens_per_s).c_str(),
@@ -558,32 +503,34 @@ TrainResult Trainer::run(bool verbose) {
     if (r.peak_memory_bytes > 0) line += ", peak memory " + human_bytes(static_cast<double>(r.peak_memory_bytes)) + " (after step 1)";
     log_info(line);
   }
-  if (metrics) {
-    write_text_atomic(cfg_.run.out_dir + "/summary.json",
-        nlohmann::json{{"steps", cfg_.train.steps},
-                          {"world", comm_.world()},
-                          {"backend", be_.name()},
-                          {"model", cfg_.model.source},
-                          {"seq_len", cfg_.train.seq_len},
-                          {"micro_batch", cfg_.train.micro_batch},
-                          {"grad_accum", cfg_.train.grad_accum},
-                          {"first_loss", r.losses.front()},
-                          {"final_loss", r.losses.back()},
-                          {"tokens_per_s", r.tokens_per_s},
-                          {"tokens_per_s_per_rank", r.tokens_per_s / comm_.world()},
-                          {"flops_per_token", flops_per_token_},
-                          {"tflops_per_rank", r.tflops_per_rank},
-                          {"mfu", r.mfu},
-                          {"peak_tflops", peak_tflops_},
-                          {"peak_memory_bytes", r.peak_memory_bytes},
-                          {"first_step_after_start_s", first_step_after_start_}}
-                .dump(1) + "\n");
-  }
+  if (st.metrics) write_text_atomic(cfg_.run.out_dir + "/summary.json", run_summary_text(finished_summary(r)));
   if (!cfg_.run.export_dir.empty()) {
     export_model(cfg_.run.export_dir, parse_export_dtype(cfg_.run.export_dtype));
-    if (out) log_info("exported: " + cfg_.run.export_dir + " (config.json + safetensors, " + cfg_.run.export_dtype + ")");
+    if (st.out) log_info("exported: " + cfg_.run.export_dir + " (config.json + safetensors, " + cfg_.run.export_dtype + ")");
   }
-  return r;
+  return std::move(r);
+}
+
+RunSummary Trainer::finished_summary(const TrainResult& r) const {
+  RunSummary s;
+  s.steps = cfg_.train.steps;
+  s.world = comm_.world();
+  s.backend = be_.name();
+  s.model = cfg_.model.source;
+  s.seq_len = cfg_.train.seq_len;
+  s.micro_batch = cfg_.train.micro_batch;
+  s.grad_accum = cfg_.train.grad_accum;
+  s.first_loss = r.losses.front();
+  s.final_loss = r.losses.back();
+  s.tokens_per_s = r.tokens_per_s;
+  s.tokens_per_s_per_rank = r.tokens_per_s / comm_.world();
+  s.flops_per_token = flops_per_token_;
+  s.tflops_per_rank = r.tflops_per_rank;
+  s.mfu = r.mfu;
+  s.peak_tflops = peak_tflops_;
+  s.peak_memory_bytes = r.peak_memory_bytes;
+  s.first_step_after_start_s = first_step_after_start_;
+  return s;
 }
 
 std::string Trainer::checkpoint_dir() const {

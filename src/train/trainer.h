@@ -20,6 +20,11 @@
 
 namespace st {
 
+struct CheckpointSchedule;
+class GraceWatchdog;
+struct RunSummary;
+struct StopRequest;
+
 struct TrainResult {
   std::vector<double> losses;      // per step, mean over the global batch
   std::vector<double> grad_norms;  // per step, before clipping
@@ -62,6 +67,23 @@ class Trainer {
   // run.profile: opens, counts and closes the window around step s; prints the table.
   void profile_step(int s, int first, const StepMetrics& m, bool out);
 
+  // The parts of run(), in its order.
+  struct RunState;
+  // run.out_dir (config.toml, metrics.jsonl, tb/), the header, the transport check.
+  RunState open_outputs(int start, bool out);
+  CheckpointSchedule checkpoint_schedule(RunState& st) const;
+  // Step s into the result, metrics.jsonl, TensorBoard and the profile window.
+  void record_step(RunState& st, int s, StepMetrics& m);
+  // The step line (and after the first step, its memory and start-up lines), the bar.
+  void print_step(RunState& st, const StepMetrics& m, bool first, size_t step1_peak, bool stop);
+  // After a stop at step `done`: run.term_grace_s for its checkpoint (null: no stop).
+  std::unique_ptr<GraceWatchdog> watch_grace(const StopRequest& stop, int done, bool out);
+  // summary.json of an interrupted run; throws st::Interrupted.
+  [[noreturn]] void stop_interrupted(RunState& st, int sig);
+  // The done line, summary.json and run.export_dir.
+  TrainResult finish(RunState& st);
+  RunSummary finished_summary(const TrainResult& r) const;
+
   RunConfig cfg_;
   // run.profile: every op goes through this timing wrapper of the backend.
   std::unique_ptr<ProfilingBackend> prof_;
@@ -82,9 +104,8 @@ class Trainer {
   double t_start_ = 0;
   std::string resumed_from_;
   double load_s_ = 0;
-  double ckpt_began_ = 0;  // when the checkpoint being written had its shards copied
-  double profile_ms_ = 0;
-  double first_step_after_start_ = 0;  // seconds from process start to the end of the first step  // step time summed over the profile window
+  double profile_ms_ = 0;  // step time summed over the profile window
+  double first_step_after_start_ = 0;  // seconds from process start to the end of the first step
 };
 
 }  // namespace st
