@@ -19,7 +19,7 @@
 
 #include "backend/factory.h"
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "core/utf8.h"
 #include "io/hf_checkpoint.h"
 #include "model/qwen2.h"
 #include "train/metrics.h"
