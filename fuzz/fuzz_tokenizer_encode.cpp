@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "core/utf8.h"
 #include "data/tokenizer.h"
 #include "fuzz_util.h"
 #include "tiny_tokenizer.h"

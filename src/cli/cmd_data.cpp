@@ -1,5 +1,5 @@
-// shardtrain data prepare | inspect: text -> token shards (data/token_shards.h), and
-// a look at what a prepared directory holds.
+// shardtrain data prepare | inspect: text -> token shards (data/prepare.h), and
+// a look at what a prepared directory holds (data/token_shards.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/prepare.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
 

@@ -5,8 +5,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "data/prepare.h"
 #include "data/source.h"
-#include "data/token_shards.h"
 
 namespace st {
 namespace fs = std::filesystem;

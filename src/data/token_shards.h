@@ -1,5 +1,7 @@
-// Token shards: tokenized text on disk, as `shardtrain data prepare` writes it and
-// `data.source = "tokens"` reads it.
+// Token shards: tokenized text on disk, as `shardtrain data prepare` writes it
+// (data/prepare.h) and `data.source = "tokens"` reads it (data/token_shard_source.h).
+// This file is the format only: writing and opening one shard, index.json, and a
+// prepared directory opened whole.
 //
 // A prepared directory holds shard files and an index.json. A shard file is a
 // 64-byte header followed by its token ids, each a little-endian uint32:
@@ -21,9 +23,7 @@
 // order: every document's tokens followed by eos, documents in input order.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace st {
@@ -132,50 +132,5 @@ struct TokenDataset {
   // Tokens [offset, offset + n) of the concatenated shards (n within bounds).
   std::vector<int32_t> read(uint64_t offset, uint64_t n) const;
 };
-
-// A bijection of [0, n) keyed by `key`: a 6-round Feistel network over the smallest
-// even number of bits covering n, cycle-walked back into range (at most 4x the
-// domain, so about 2 evaluations per call on average). Pure function of (n, key, i).
-class WindowPermutation {
- public:
-  WindowPermutation(uint64_t n, uint64_t key);
-  uint64_t operator()(uint64_t i) const;
-  uint64_t size() const { return n_; }
-
- private:
-  uint64_t encrypt(uint64_t x) const;
-  uint64_t n_, key_;
-  int half_bits_;
-  uint64_t half_mask_;
-};
-
-// `data prepare`: tokenizes documents and writes a prepared directory.
-struct PrepareOptions {
-  std::vector<std::string> inputs;    // files or directories (recursive, name order)
-  std::string format = "text";        // text: a file is a document; jsonl: a line is a document
-  std::string text_field = "text";    // jsonl: the field holding the document's text
-  std::string out;                    // the prepared directory
-  uint64_t shard_tokens = 1ull << 27; // tokens per shard file (the last holds the rest)
-  int threads = 1;
-  bool force = false;                 // replace a non-empty out
-  // The tokenizer: encode must be safe to call from several threads at once.
-  std::function<std::vector<int32_t>(std::string_view)> encode;
-  std::string tokenizer, tokenizer_dir;
-  int64_t vocab_size = 0;
-  int32_t eos_id = 0;
-};
-struct PrepareProgress {
-  uint64_t bytes_done = 0, bytes_total = 0, documents = 0, tokens = 0;
-  double seconds = 0;
-};
-// Writes into <out>.tmp-<pid> and renames it into place at the end, so a failure or a
-// signal (SIGINT/SIGTERM: st::Interrupted) leaves no output. The output is the same
-// bytes whatever `threads`. `progress` is called from the calling thread.
-TokenIndex prepare_token_shards(const PrepareOptions& options,
-                                const std::function<void(const PrepareProgress&)>& progress = {});
-
-// The regular files under `paths` (each itself, or recursively in name order), each
-// once even when reached twice; errors name a missing path. `what` prefixes messages.
-std::vector<std::string> collect_input_files(const std::vector<std::string>& paths, const std::string& what);
 
 }  // namespace st

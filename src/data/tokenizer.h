@@ -11,21 +11,23 @@
 //
 // Unicode versions. The reference's regex (Oniguruma) has Unicode 16.0 tables and its NFC
 // about Unicode 9.0, while PCRE2 10.42 has 14.0 and libutf8proc 2.8 15.0. tokenizer.cpp
-// bridges the differences, found by running both over every code point: `\s` is spelled
-// as Oniguruma's White_Space ([\t\n\v\f\r\x85\p{Z}]; PCRE2's \s also takes U+180E),
-// \p{L} / \p{N} get the letters and digits of Unicode 15.0-16.0, and the ~110 marks the
-// reference's NFC does not know are left as it leaves them. Ids then agree on every code
-// point (and on tests/data/tokenizer/qwen2.5_parity.jsonl) with tokenizers 0.23; other
-// library versions may differ on characters assigned in recent Unicode versions.
+// (the regex) and unicode.cpp (NFC) bridge the differences, found by running both over
+// every code point: `\s` is spelled as Oniguruma's White_Space ([\t\n\v\f\r\x85\p{Z}];
+// PCRE2's \s also takes U+180E), \p{L} / \p{N} get the letters and digits of Unicode
+// 15.0-16.0, and the ~110 marks the reference's NFC does not know are left as it leaves
+// them. Ids then agree on every code point (and on tests/data/tokenizer/qwen2.5_parity.jsonl)
+// with tokenizers 0.23; other library versions may differ on characters assigned in recent
+// Unicode versions.
 //
 // Invalid UTF-8. The reference cannot be given invalid UTF-8: its Python and Node
 // bindings take str, and a str holding lone surrogates (Python's surrogateescape) is
 // refused by the Rust side, while Node turns them into U+FFFD. Bytes reach it only after
 // a decode such as Python's `bytes.decode("utf-8", errors="replace")`. encode() does that
-// same decode: each maximal ill-formed subsequence (Unicode 3.9, "substitution of
-// maximal subparts", which is what Python's decoder does) becomes U+FFFD, before
-// added-token matching. So encode(bytes) == reference.encode(bytes.decode("utf-8",
-// "replace")) for any bytes, and decode(encode(x)) == x when x is valid UTF-8 in NFC.
+// same decode (utf8_replace_invalid, core/utf8.h): each maximal ill-formed subsequence
+// (Unicode 3.9, "substitution of maximal subparts", which is what Python's decoder does)
+// becomes U+FFFD, before added-token matching. So encode(bytes) ==
+// reference.encode(bytes.decode("utf-8", "replace")) for any bytes, and
+// decode(encode(x)) == x when x is valid UTF-8 in NFC.
 // Surrogate code points encoded in UTF-8 (ED A0..BF xx), overlong forms and code points
 // above U+10FFFF are ill-formed too. encode never throws on any input bytes.
 //
@@ -88,9 +90,5 @@ class Tokenizer {
   Tokenizer();
   std::unique_ptr<TokenizerData> d_;
 };
-
-// `bytes` with every maximal ill-formed UTF-8 subsequence replaced by U+FFFD, as
-// Python's bytes.decode("utf-8", errors="replace") does; valid input comes back as is.
-std::string utf8_replace_invalid(std::string_view bytes);
 
 }  // namespace st

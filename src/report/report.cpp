@@ -100,8 +100,6 @@ std::string grouped(long long v) {
 
 std::string sig3(double v) { return fmt("%.3g", v); }
 
-}
-
 // ---- metrics.jsonl ------------------------------------------------------------------
 
 // Keys of a step record that must be numbers (or null, a non-finite value) when present.

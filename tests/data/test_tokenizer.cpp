@@ -1,21 +1,23 @@
 // The Qwen2 byte-level BPE tokenizer: the facts of shared/tokenizers/qwen2.5/README.md,
 // parity with Hugging Face `tokenizers` (tests/data/tokenizer/qwen2.5_parity.jsonl, made by
-// scripts/make_tokenizer_fixture.py), round trips, threads, refusals, and the CLI.
-// Tests that need ../shared skip with a message where it is absent; the ones on small
-// tokenizers written here run everywhere.
+// scripts/make_tokenizer_fixture.py), round trips, threads, refusals, and the CLI
+// (UTF-8 and NFC on their own: test_unicode.cpp). Tests that need ../shared skip with a
+// message where it is absent; the ones on small tokenizers written here run everywhere.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "data/tokenizer.h"
+#include "support/data_files.h"
+#include "support/qwen_tokenizer.h"
 #include "support/shell.h"
 #include "support/tiny_tokenizer.h"
 
@@ -25,49 +27,9 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Ids = std::vector<int32_t>;
 
-const fs::path kQwenDir = fs::path(SHARDTRAIN_SHARED_DIR) / "tokenizers" / "qwen2.5";
 const fs::path kParity = fs::path(SHARDTRAIN_TEST_DATA) / "tokenizer" / "qwen2.5_parity.jsonl";
 
-bool have_qwen() { return fs::exists(kQwenDir / "tokenizer.json"); }
-#define SKIP_WITHOUT_QWEN() \
-  if (!have_qwen()) GTEST_SKIP() << kQwenDir.string() << " is absent: the Qwen2.5 tokenizer files are not here"
-
-// One load for the whole file (about half a second each).
-const Tokenizer& qwen() {
-  static const Tokenizer t = Tokenizer::load(kQwenDir.string());
-  return t;
-}
-
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("st_tok_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
-void write(const fs::path& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary) << s;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The message of the st::Error that f throws ("" when it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-using st::testing::byte_symbol;
+using namespace st::testing;  // the helpers of support/
 
 // 256 byte symbols (byte b has id b), the given merges (their results get the
 // next ids), <|endoftext|> after them; the Qwen2 pipeline.
@@ -77,13 +39,13 @@ json small_tokenizer_json(const std::vector<std::pair<std::string, std::string>>
 
 Tokenizer load_small(const json& j, const std::string& name) {
   const fs::path d = temp_dir(name);
-  write(d / "tokenizer.json", j.dump());
+  spit(d / "tokenizer.json", j.dump());
   return Tokenizer::load(d.string());
 }
 
 std::string load_error(const json& j, const std::string& name) {
   const fs::path d = temp_dir(name);
-  write(d / "tokenizer.json", j.dump());
+  spit(d / "tokenizer.json", j.dump());
   return error_of([&] { Tokenizer::load(d.string()); });
 }
 
@@ -113,20 +75,20 @@ TEST(TokenizerSmall, MergesAsPairsAndVocabMergesFiles) {
   const Tokenizer a = load_small(j, "pairs");
   // The same as vocab.json + merges.txt (with a #version header) + tokenizer_config.json.
   const fs::path d = temp_dir("files");
-  write(d / "vocab.json", j["model"]["vocab"].dump());
-  write(d / "merges.txt", "#version: 0.2\na a\nĠ aa\n");
+  spit(d / "vocab.json", j["model"]["vocab"].dump());
+  spit(d / "merges.txt", "#version: 0.2\na a\nĠ aa\n");
   json cfg = {{"tokenizer_class", "Qwen2Tokenizer"},
               {"added_tokens_decoder",
                {{"258", {{"content", "<|endoftext|>"}, {"lstrip", false}, {"normalized", false}, {"rstrip", false},
                          {"single_word", false}, {"special", true}}}}}};
-  write(d / "tokenizer_config.json", cfg.dump());
+  spit(d / "tokenizer_config.json", cfg.dump());
   const Tokenizer b = Tokenizer::load(d.string());
   for (const std::string s : {"aa aa", " aaaa", "a<|endoftext|> aa"}) EXPECT_EQ(a.encode(s), b.encode(s)) << s;
   EXPECT_EQ(a.encode(" aa"), (Ids{*a.token_id("Ġaa")}));
   EXPECT_EQ(b.eos_id(), 258);
   EXPECT_NE(b.describe().find("vocab.json + merges.txt"), std::string::npos);
   cfg["tokenizer_class"] = "LlamaTokenizer";
-  write(d / "tokenizer_config.json", cfg.dump());
+  spit(d / "tokenizer_config.json", cfg.dump());
   const std::string e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find("tokenizer_config.json"), std::string::npos) << e;
   EXPECT_NE(e.find("LlamaTokenizer"), std::string::npos) << e;
@@ -175,39 +137,28 @@ TEST(TokenizerSmall, MissingAndCorruptFilesAreNamed) {
   fs::path d = temp_dir("empty");
   e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find("no tokenizer.json"), std::string::npos) << e;
-  write(d / "tokenizer.json", "{\"model\": [1, 2");
+  spit(d / "tokenizer.json", "{\"model\": [1, 2");
   e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find((d / "tokenizer.json").string()), std::string::npos) << e;
   EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
   d = temp_dir("half");
-  write(d / "vocab.json", "{}");
+  spit(d / "vocab.json", "{}");
   e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find("merges.txt"), std::string::npos) << e;
   EXPECT_NE(e.find("missing"), std::string::npos) << e;
-  write(d / "merges.txt", "a b\n");
-  write(d / "tokenizer_config.json", R"({"tokenizer_class": "Qwen2Tokenizer"})");
+  spit(d / "merges.txt", "a b\n");
+  spit(d / "tokenizer_config.json", R"({"tokenizer_class": "Qwen2Tokenizer"})");
   e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find("vocab.json"), std::string::npos) << e;  // empty vocab
-  write(d / "vocab.json", small_tokenizer_json({})["model"]["vocab"].dump());
-  write(d / "merges.txt", "a b c\n");
+  spit(d / "vocab.json", small_tokenizer_json({})["model"]["vocab"].dump());
+  spit(d / "merges.txt", "a b c\n");
   e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find("merges.txt:1"), std::string::npos) << e;
 }
 
-TEST(TokenizerSmall, InvalidUtf8IsReplacedAsPythonDoes) {
-  // bytes.decode("utf-8", errors="replace"): one U+FFFD per maximal ill-formed subpart.
+TEST(TokenizerSmall, InvalidUtf8IsReplacedBeforeEncoding) {
+  // The replacement itself (bytes.decode("utf-8", errors="replace")): test_unicode.cpp.
   const std::string R = "\xEF\xBF\xBD";
-  EXPECT_EQ(utf8_replace_invalid("abc"), "abc");
-  EXPECT_EQ(utf8_replace_invalid("\xff"), R);
-  EXPECT_EQ(utf8_replace_invalid("abc\xe2\x82"), "abc" + R);
-  EXPECT_EQ(utf8_replace_invalid("\xe2\x82" "A"), R + "A");
-  EXPECT_EQ(utf8_replace_invalid("\xc0\xaf"), R + R);
-  EXPECT_EQ(utf8_replace_invalid("\xed\xa0\x80"), R + R + R);          // a surrogate
-  EXPECT_EQ(utf8_replace_invalid("\xf4\x90\x80\x80"), R + R + R + R);  // above U+10FFFF
-  EXPECT_EQ(utf8_replace_invalid("\xf0\x9f\x98"), R);                  // a cut emoji
-  EXPECT_EQ(utf8_replace_invalid("\xe0\x80\x80"), R + R + R);          // overlong
-  EXPECT_EQ(utf8_replace_invalid("caf\xe9!"), "caf" + R + "!");
-  EXPECT_EQ(utf8_replace_invalid(std::string("a\0b", 3)), std::string("a\0b", 3));
   const Tokenizer t = load_small(small_tokenizer_json({{"a", "a"}}), "invalid");
   EXPECT_EQ(t.encode("x\xffy"), t.encode("x" + R + "y"));
 }
@@ -277,17 +228,6 @@ TEST(TokenizerQwen, AddedTokensInsideText) {
   Ids after = {151645};
   after.insert(after.end(), mark.begin(), mark.end());
   EXPECT_EQ(t.encode("<|im_end|>\xCC\x81"), after);
-}
-
-TEST(TokenizerQwen, NormalizesNfcNotNfkc) {
-  SKIP_WITHOUT_QWEN();
-  const Tokenizer& t = qwen();
-  EXPECT_EQ(t.encode("cafe\xCC\x81"), t.encode("caf\xC3\xA9"));   // e + U+0301 -> é
-  EXPECT_EQ(t.encode("\xE2\x84\xAB"), t.encode("\xC3\x85"));      // U+212B -> Å
-  EXPECT_EQ(t.encode("a\xCC\x81\xCC\xA7"), t.encode("a\xCC\xA7\xCC\x81"));  // canonical order
-  EXPECT_NE(t.encode("\xEF\xAC\x81"), t.encode("fi"));            // ﬁ stays (not NFKC)
-  EXPECT_NE(t.encode("\xEF\xBC\xA1"), t.encode("A"));             // full-width A stays
-  EXPECT_EQ(t.decode(t.encode("cafe\xCC\x81")), "caf\xC3\xA9");  // decode gives the normalized text
 }
 
 std::vector<std::string> varied_texts() {
@@ -405,10 +345,10 @@ TEST(TokenizerQwen, VocabJsonAndMergesTxtGiveTheSameIds) {
 
 TEST(TokenizerQwen, RefusesAModifiedTokenizerJson) {
   SKIP_WITHOUT_QWEN();
-  json j = json::parse(read(kQwenDir / "tokenizer.json"));
+  json j = json::parse(slurp(kQwenDir / "tokenizer.json"));
   j["normalizer"] = {{"type", "NFKC"}};
   const fs::path d = temp_dir("qwen_nfkc");
-  write(d / "tokenizer.json", j.dump());
+  spit(d / "tokenizer.json", j.dump());
   const std::string e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find((d / "tokenizer.json").string()), std::string::npos) << e;
   EXPECT_NE(e.find("normalizer NFKC is not supported"), std::string::npos) << e;
@@ -466,7 +406,7 @@ TEST(TokenizeCli, EncodesDecodesAndFails) {
   r = cli("--text 'Hello world'");
   EXPECT_EQ(r.out, "9707\n1879\n");
   const fs::path d = temp_dir("cli");
-  write(d / "in.txt", "<|im_start|>user\nHello!<|im_end|>");
+  spit(d / "in.txt", "<|im_start|>user\nHello!<|im_end|>");
   r = cli("--file " + (d / "in.txt").string() + " --json");
   EXPECT_EQ(r.out, "[151644, 872, 198, 9707, 0, 151645]\n") << r.out;
   r = cli("--decode --text '151644, 872 198\n9707,0 151645'");

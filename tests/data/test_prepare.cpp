@@ -1,0 +1,249 @@
+// `data prepare` (data/prepare.h) and `data inspect`: documents from text and JSONL
+// files, refusals that leave no output, the same bytes at any thread count. The library
+// tests use a byte-level encoder (id = byte, eos = 256); the CLI tests use the real
+// Qwen2.5 tokenizer from ../shared and skip where it is absent.
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "data/prepare.h"
+#include "data/token_shards.h"
+#include "support/data_files.h"
+#include "support/qwen_tokenizer.h"
+#include "support/shell.h"
+
+namespace st {
+namespace {
+namespace fs = std::filesystem;
+using namespace st::testing;  // the helpers of support/
+
+// ---- prepare (library, byte-level encoder) -----------------------------------------
+
+std::vector<int32_t> stream_of(const TokenDataset& d) { return d.read(0, d.tokens()); }
+
+TEST(Prepare, TextFilesAreDocumentsInNameOrder) {
+  const fs::path dir = temp_dir("prep_text");
+  spit(dir / "in" / "b.txt", "bravo");
+  spit(dir / "in" / "a.txt", "alpha");
+  spit(dir / "in" / "sub" / "c.txt", "charlie!");
+  spit(dir / "extra.txt", "zz");
+  PrepareOptions o = byte_options(dir / "out", {(dir / "in").string(), (dir / "extra.txt").string()});
+  o.shard_tokens = 7;
+  const TokenIndex x = prepare_token_shards(o);
+  EXPECT_EQ(x.documents, 4u);
+  EXPECT_EQ(x.tokens, 5u + 5 + 8 + 2 + 4);
+  EXPECT_EQ(x.shards.size(), 4u);  // 24 tokens in shards of 7: 7 7 7 3
+  const TokenDataset d = TokenDataset::open((dir / "out").string(), 0, true);
+  std::vector<int32_t> want;
+  for (std::string s : {"alpha", "bravo", "charlie!", "zz"}) {
+    for (unsigned char c : s) want.push_back(c);
+    want.push_back(256);
+  }
+  EXPECT_EQ(stream_of(d), want);
+  EXPECT_EQ(d.index.inputs.size(), 4u);
+  EXPECT_EQ(d.index.inputs[2].path, (dir / "in" / "sub" / "c.txt").string());
+  EXPECT_EQ(d.index.inputs[2].tokens, 9u);
+  EXPECT_EQ(d.index.tokenizer, "bytes");
+  EXPECT_EQ(d.index.eos_id, 256);
+  // Nothing but the shards and the index, and no staging directory beside it.
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir / "out")) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"index.json", "shard-00000.bin", "shard-00001.bin", "shard-00002.bin",
+                                          "shard-00003.bin"}));
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+TEST(Prepare, JsonlLinesAreDocumentsAndBadLinesAreNamed) {
+  const fs::path dir = temp_dir("prep_jsonl");
+  spit(dir / "in" / "a.jsonl", "{\"text\": \"hi\", \"id\": 1}\n\n{\"text\": \"yo\\n\"}\r\n");
+  spit(dir / "in" / "b.jsonl", "{\"body\": \"x\", \"text\": \"\"}");  // no final newline
+  PrepareOptions o = byte_options(dir / "out", {(dir / "in").string()});
+  o.format = "jsonl";
+  const TokenIndex x = prepare_token_shards(o);
+  EXPECT_EQ(x.documents, 3u);
+  const TokenDataset d = TokenDataset::open((dir / "out").string());
+  EXPECT_EQ(stream_of(d), (std::vector<int32_t>{'h', 'i', 256, 'y', 'o', '\n', 256, 256}));
+  EXPECT_EQ(d.index.inputs[0].documents, 2u);
+
+  // Another field.
+  o.text_field = "body";
+  o.out = (dir / "out2").string();
+  expect_error([&] { prepare_token_shards(o); }, {"a.jsonl:1", "no field \"body\""});
+}
+
+TEST(Prepare, BadJsonlLeavesNoOutput) {
+  const fs::path dir = temp_dir("prep_badjsonl");
+  spit(dir / "a.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"fine\"}\n{\"text\": oops}\n");
+  spit(dir / "b.jsonl", "{\"text\": \"ok\"}\n[1, 2]\n");
+  spit(dir / "c.jsonl", "{\"content\": \"ok\"}\n");
+  spit(dir / "d.jsonl", "{\"text\": 5}\n");
+  const auto run = [&](const std::string& file) {
+    return [&, file] {
+      PrepareOptions o = byte_options(dir / "out", {(dir / file).string()});
+      o.format = "jsonl";
+      o.shard_tokens = 2;  // shards already written when the error comes
+      prepare_token_shards(o);
+    };
+  };
+  expect_error(run("a.jsonl"), {"a.jsonl:3", "invalid JSON"});
+  expect_error(run("b.jsonl"), {"b.jsonl:2", "not a JSON object"});
+  expect_error(run("c.jsonl"), {"c.jsonl:1", "no field \"text\""});
+  expect_error(run("d.jsonl"), {"d.jsonl:1", "\"text\" is number"});
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  // A missing input is named.
+  PrepareOptions o = byte_options(dir / "out", {(dir / "missing.txt").string()});
+  expect_error([&] { prepare_token_shards(o); }, {"missing.txt", "does not exist"});
+  // A tokenizer error names the document.
+  o = byte_options(dir / "out", {(dir / "a.jsonl").string()});
+  o.encode = [](std::string_view s) -> std::vector<int32_t> {
+    if (s.find("oops") != std::string_view::npos) throw Error("cannot");
+    return {1};
+  };
+  expect_error([&] { prepare_token_shards(o); }, {"a.jsonl", "cannot tokenize"});
+  // An encoder that returns an id outside its vocabulary names the document and the shard.
+  o.encode = [](std::string_view) { return std::vector<int32_t>{300}; };
+  expect_error([&] { prepare_token_shards(o); }, {"a.jsonl", "token id 300", "shard-00000.bin"});
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+TEST(Prepare, RefusesANonEmptyOutUnlessForcedThenReplacesItWhole) {
+  const fs::path dir = temp_dir("prep_force");
+  spit(dir / "in.txt", "some text");
+  spit(dir / "out" / "old.txt", "old");
+  PrepareOptions o = byte_options(dir / "out", {(dir / "in.txt").string()});
+  expect_error([&] { prepare_token_shards(o); }, {"out", "not empty", "--force"});
+  EXPECT_TRUE(fs::exists(dir / "out" / "old.txt"));
+  o.force = true;
+  prepare_token_shards(o);
+  EXPECT_FALSE(fs::exists(dir / "out" / "old.txt"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "index.json"));
+  // An input inside --out is refused even with --force.
+  o.inputs = {(dir / "out").string()};
+  expect_error([&] { prepare_token_shards(o); }, {"inside --out"});
+  // An existing empty directory is fine.
+  fs::create_directories(dir / "empty");
+  o = byte_options(dir / "empty", {(dir / "in.txt").string()});
+  EXPECT_NO_THROW(prepare_token_shards(o));
+}
+
+TEST(Prepare, OutputIsTheSameBytesForAnyThreadCount) {
+  const fs::path dir = temp_dir("prep_threads");
+  std::string big;
+  for (int f = 0; f < 40; ++f) {
+    std::string s;
+    for (int i = 0; i < 1000 + f * 97; ++i) s += static_cast<char>('a' + (i * f) % 26);
+    spit(dir / "in" / ("f" + std::to_string(100 + f) + ".txt"), s);
+  }
+  std::map<int, std::map<std::string, std::string>> files;
+  for (int threads : {1, 4}) {
+    PrepareOptions o = byte_options(dir / ("out" + std::to_string(threads)), {(dir / "in").string()});
+    o.threads = threads;
+    o.shard_tokens = 10000;
+    prepare_token_shards(o);
+    for (const auto& e : fs::directory_iterator(o.out)) files[threads][e.path().filename().string()] = slurp(e.path());
+  }
+  EXPECT_GT(files[1].size(), 3u);
+  EXPECT_EQ(files[1], files[4]);
+}
+
+// ---- the CLI, with the real tokenizer ------------------------------------------------
+
+testing::ShellResult sh(const std::string& args) {
+  return testing::run_shell(std::string(SHARDTRAIN_BINARY) + " " + args);
+}
+
+void make_corpus(const fs::path& in) {
+  spit(in / "a.txt", "The quick brown fox jumps over the lazy dog.\nNaïve café — 日本語のテキスト.\n");
+  spit(in / "sub" / "b.txt", "Permission is hereby granted, free of charge, to any person obtaining a copy.\n");
+  std::string long_text;
+  for (int i = 0; i < 200; ++i) long_text += "Line " + std::to_string(i) + ": the licence grants rights.\n";
+  spit(in / "c.txt", long_text);
+}
+
+std::map<std::string, std::string> dir_bytes(const fs::path& d) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::directory_iterator(d)) m[e.path().filename().string()] = slurp(e.path());
+  return m;
+}
+
+TEST(DataCli, PrepareTextAndInspect) {
+  SKIP_WITHOUT_QWEN();
+  const fs::path dir = temp_dir("cli_text");
+  make_corpus(dir / "in");
+  auto r = sh("data prepare --tokenizer " + kQwenDir.string() + " --input " + (dir / "in").string() + " --out " +
+              (dir / "t1").string() + " --threads 1 --shard-tokens 1000");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("3 documents"), std::string::npos) << r.out;
+  r = sh("data prepare --tokenizer " + kQwenDir.string() + " --input " + (dir / "in").string() + " --out " +
+         (dir / "t4").string() + " --threads 4 --shard-tokens 1000");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto one = dir_bytes(dir / "t1"), four = dir_bytes(dir / "t4");
+  EXPECT_GE(one.size(), 3u);  // index + at least 2 shards
+  EXPECT_EQ(one, four);
+
+  const TokenDataset d = TokenDataset::open((dir / "t1").string(), 0, true);
+  EXPECT_EQ(d.index.vocab_size, 151665);
+  EXPECT_EQ(d.index.eos_id, 151643);
+  EXPECT_EQ(d.index.documents, 3u);
+  const std::vector<int32_t> all = stream_of(d);
+  EXPECT_EQ(std::count(all.begin(), all.end(), 151643), 3);
+  EXPECT_EQ(all.back(), 151643);
+
+  r = sh("data inspect " + (dir / "t1").string() + " --verify --sample 12");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("verified"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("The quick brown fox"), std::string::npos) << r.out;  // decoded, a.txt first
+  // A corrupt shard: inspect names it.
+  const fs::path shard = dir / "t1" / "shard-00000.bin";
+  const uint32_t zero = 0;
+  patch(shard, 64 + 4 * 5, &zero, 4);
+  r = sh("data inspect " + (dir / "t1").string());
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("XXH3-64"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("shard-00000.bin"), std::string::npos) << r.out;
+  // An existing output is refused without --force.
+  r = sh("data prepare --tokenizer " + kQwenDir.string() + " --input " + (dir / "in").string() + " --out " +
+         (dir / "t4").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--force"), std::string::npos) << r.out;
+}
+
+TEST(DataCli, PrepareJsonlNamesABadLineAndLeavesNothing) {
+  SKIP_WITHOUT_QWEN();
+  const fs::path dir = temp_dir("cli_jsonl");
+  spit(dir / "good.jsonl", "{\"text\": \"Hello world\"}\n{\"text\": \"Second doc\"}\n");
+  auto r = sh("data prepare --tokenizer " + kQwenDir.string() + " --format jsonl --input " +
+              (dir / "good.jsonl").string() + " --out " + (dir / "ok").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("2 documents"), std::string::npos) << r.out;
+  spit(dir / "bad.jsonl", "{\"text\": \"Hello\"}\n{\"text\": \"fine\"}\n{\"txt\": \"wrong field\"}\n");
+  r = sh("data prepare --tokenizer " + kQwenDir.string() + " --format jsonl --input " + (dir / "good.jsonl").string() +
+         " " + (dir / "bad.jsonl").string() + " --out " + (dir / "out").string());
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("bad.jsonl:3"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  // An unreadable input is named.
+  spit(dir / "locked.txt", "x");
+  fs::permissions(dir / "locked.txt", fs::perms::none);
+  if (::access((dir / "locked.txt").c_str(), R_OK) != 0) {  // root reads anyway
+    r = sh("data prepare --tokenizer " + kQwenDir.string() + " --input " + (dir / "locked.txt").string() +
+           " --out " + (dir / "out").string());
+    EXPECT_EQ(r.code, 3) << r.out;
+    EXPECT_NE(r.out.find("locked.txt"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(dir / "out"));
+  }
+}
+
+}  // namespace
+}  // namespace st
