@@ -1,328 +1,30 @@
+// `shardtrain report`: the HTML page (report/report.h). The runs come from
+// report/run_data, the plots from report/svg_plot.
 #include "report/report.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <limits>
-#include <map>
-#include <set>
 #include <sstream>
 
 #include "core/error.h"
-#include "core/json_file.h"
+#include "core/files.h"
 #include "core/log.h"
 #include "fabric/nccl_log.h"
-#include "fabric/transport_report.h"
-#include "core/files.h"
+#include "report/plot_metrics.h"
+#include "report/svg_plot.h"
+#include "report/text.h"
 
 namespace st {
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace report_text;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// ---- what is plotted ----------------------------------------------------------------
-
-struct Metric {
-  std::string id, title;
-  std::string key;                // in the step records
-  std::string axis;               // y axis label
-  double scale = 1;               // plotted value = record value * scale
-  bool from_zero = true;          // the y axis starts at 0
-  bool zero_is_missing = false;   // 0 means "not known" (MFU without a peak)
-  std::string absent_hint;        // after "not recorded" when no run has it
-  bool bytes = false;             // plotted in KiB, MiB or GiB, whichever suits the largest value
-};
-
-const std::vector<Metric>& metrics() {
-  static const std::vector<Metric> m = {
-      {"loss", "Loss", "loss", "loss", 1, false, false, ""},
-      {"lr", "Learning rate", "lr", "learning rate", 1, true, false, ""},
-      {"grad_norm", "Gradient norm", "grad_norm", "gradient norm (before clipping)", 1, true, false, ""},
-      {"tokens_per_s", "Throughput", "tokens_per_s", "tokens/s (all ranks)", 1, true, false, ""},
-      {"mfu", "MFU", "mfu", "MFU (%)", 100, true, true,
-       "MFU needs the device's peak TFLOP/s: a known GPU, or train.peak_tflops"},
-      {"memory", "Memory", "peak_memory_bytes", "peak memory per rank", 1, true, true,
-       "no step record of metrics.jsonl has peak_memory_bytes (runs of older versions), or the backend does not "
-       "track its allocations", true},
-  };
-  return m;
-}
-
-// ---- text -------------------------------------------------------------------------
-
-std::string esc(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  std::string s = buf;
-  if (s == "-0" || s.rfind("-0.", 0) == 0) {  // "-0.0" -> "0.0"
-    bool all_zero = s.find_first_not_of("-0.") == std::string::npos;
-    if (all_zero) s.erase(0, 1);
-  }
-  return s;
-}
-
-// 1234567 -> "1,234,567".
-std::string grouped(long long v) {
-  std::string digits = std::to_string(v < 0 ? -v : v), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return v < 0 ? "-" + out : out;
-}
-
-std::string sig3(double v) { return fmt("%.3g", v); }
-
-// ---- metrics.jsonl ------------------------------------------------------------------
-
-// Keys of a step record that must be numbers (or null, a non-finite value) when present.
-std::vector<std::string> numeric_step_keys() {
-  std::vector<std::string> keys = {"tokens", "elapsed_s", "step_s", "tflops_per_rank"};
-  for (const Metric& m : metrics()) keys.push_back(m.key);
-  return keys;
-}
-
-void read_metrics(RunData& r, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_data(path, ": cannot read");
-  const std::vector<std::string> numeric = numeric_step_keys();
-  std::map<int, StepRecord> by_step;
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(n);
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::parse_error& e) {
-      // The line is the record: "parse error at line 1, column 18: ..." -> "column 18: ...".
-      std::string m = json_message(e);
-      if (m.rfind("parse error at line 1, column", 0) == 0) m = m.substr(std::string("parse error at line 1, ").size());
-      fail_data(where, ": not a JSON record: ", m);
-    }
-    if (!j.is_object()) fail_data(where, ": expected a JSON object, got ", j.type_name());
-    if (j.contains("transport_report")) {
-      const json& t = j.at("transport_report");
-      if (!t.is_object()) fail_data(where, ": \"transport_report\" must be an object, got ", t.type_name());
-      try {
-        r.transport = fabric_report_from_json(t);
-      } catch (const json::exception& e) {
-        fail_data(where, ": malformed transport report: ", json_message(e));
-      }
-      continue;
-    }
-    if (!j.contains("step")) continue;  // a record of another kind
-    const json& s = j.at("step");
-    if (!s.is_number_integer() || s.get<long long>() < 1 || s.get<long long>() > std::numeric_limits<int>::max())
-      fail_data(where, ": \"step\" must be a positive integer, got ", s.dump());
-    StepRecord rec;
-    rec.step = s.get<int>();
-    rec.values = json::object();
-    for (const std::string& key : numeric) {
-      if (!j.contains(key)) continue;
-      const json& v = j.at(key);
-      if (v.is_null()) continue;
-      if (!v.is_number()) fail_data(where, ": \"", key, "\" must be a number, got ", v.type_name(), " ", v.dump());
-      rec.values[key] = v;
-    }
-    by_step[rec.step] = std::move(rec);  // a resumed run logs a step again: the last one counts
-  }
-  if (in.bad()) fail_data(path, ": read failed");
-  for (auto& [step, rec] : by_step) r.steps.push_back(std::move(rec));
-}
-
-// ---- summary.json, profile.json -----------------------------------------------------
-
-void read_summary(RunData& r, const std::string& path) { r.summary = read_run_summary(path); }
-
-void read_profile(RunData& r, const std::string& path) {
-  std::string text;
-  json j = read_json_object(path, text);
-  for (const char* key : {"steps", "step_ms", "ops_ms_per_step", "denominator_ms", "peak_tflops", "peak_gbps"})
-    require_number(j, key, path, text);
-  if (!j.contains("rows") || !j.at("rows").is_array()) {
-    const int line = line_of_key(text, "rows");
-    fail_data(path, line ? ":" + std::to_string(line) : std::string(), ": \"rows\" must be an array of op rows");
-  }
-  for (const json& row : j.at("rows")) {
-    if (!row.is_object() || !row.contains("op") || !row.at("op").is_string()) {
-      fail_data(path, ": every entry of \"rows\" must be an object with a string \"op\", got ", row.dump());
-    }
-    for (const char* key : {"calls_per_step", "ms_per_step", "share_of_step", "flops_per_call", "bytes_per_call",
-                            "tflops", "gbps", "percent_of_peak"})
-      if (row.contains(key) && !row.at(key).is_number() && !row.at(key).is_null())
-        fail_data(path, ": op '", row.at("op").get<std::string>(), "': \"", key, "\" must be a number or null, got ",
-                  row.at(key).type_name());
-  }
-  r.profile = std::move(j);
-}
-
-long long tokens_per_rank_step(const RunConfig& c) {
-  return static_cast<long long>(c.train.micro_batch) * c.train.seq_len * c.train.grad_accum;
-}
-
-void find_world(RunData& r) {
-  if (r.summary && r.summary->world && *r.summary->world > 0) {
-    r.world = *r.summary->world;
-    r.world_from = "summary.json";
-    return;
-  }
-  if (r.transport && !r.transport->ranks.empty()) {
-    r.world = static_cast<int>(r.transport->ranks.size());
-    r.world_from = "transport report";
-    return;
-  }
-  // The tokens one step added: micro_batch x seq_len x grad_accum x world.
-  const long long per_rank = tokens_per_rank_step(r.config);
-  for (size_t i = 0; i < r.steps.size(); ++i) {
-    const StepRecord& s = r.steps[i];
-    if (!s.values.contains("tokens")) continue;
-    long long added = -1;
-    if (s.step == 1) added = s.values.at("tokens").get<long long>();
-    else if (i > 0 && r.steps[i - 1].step == s.step - 1 && r.steps[i - 1].values.contains("tokens"))
-      added = s.values.at("tokens").get<long long>() - r.steps[i - 1].values.at("tokens").get<long long>();
-    if (added > 0 && per_rank > 0 && added % per_rank == 0) {
-      r.world = static_cast<int>(added / per_rank);
-      r.world_from = "tokens per step";
-      return;
-    }
-  }
-}
-
-std::string dir_name(const std::string& dir) {
-  fs::path p = fs::path(dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  if (p.empty() || p == "." || p == "..") {
-    std::error_code ec;
-    p = fs::absolute(dir, ec).lexically_normal();
-    if (p.filename().empty()) p = p.parent_path();
-  }
-  const std::string name = p.filename().string();
-  return name.empty() ? dir : name;
-}
-
-// ---- labels -------------------------------------------------------------------------
-
-std::string transport_of(const RunData& r) {
-  if (r.config.fabric.transport != "auto") return r.config.fabric.transport;
-  if (!r.transport) return "";
-  std::set<std::string> kinds;
-  for (const TransportSummary& s : r.transport->ranks)
-    for (const std::string& n : s.networks) {
-      std::string k = net_kind(n, s.ofi_provider);
-      if (k.rfind("net:", 0) == 0) k = k.substr(4);
-      kinds.insert(k);
-    }
-  std::string out;
-  for (const std::string& k : kinds) out += (out.empty() ? "" : "+") + k;
-  return out;
-}
-
-// "mb16": a prefix and a number, for labels.
-std::string tag(const char* prefix, int v) {
-  std::string s = prefix;
-  s += std::to_string(v);
-  return s;
-}
-
-std::string backend_of(const RunData& r) {
-  if (r.summary && r.summary->backend) return *r.summary->backend;
-  return r.config.train.device;
-}
-
-// ---- axes ---------------------------------------------------------------------------
-
-// How an axis prints its tick values: plain with `decimals`, with an SI suffix
-// ("12.5k"), or as mantissas with a power of ten in the axis label ("x10^-4").
-struct AxisFormat {
-  double divisor = 1;
-  std::string suffix;   // per tick: "k", "M", ...
-  int exponent = 0;     // != 0: the axis label says "×10^exponent"
-  int decimals = 0;
-  std::string label(double v) const {
-    if (v == 0) return "0";
-    return fixed(v / divisor, decimals) + suffix;
-  }
-};
-
-int decimals_for(double step) {
-  if (!(step > 0)) return 0;
-  return std::max(0, static_cast<int>(std::ceil(-std::log10(step) - 1e-9)));
-}
-
-AxisFormat axis_format(const Ticks& t) {
-  AxisFormat f;
-  const double big = std::max(std::abs(t.lo), std::abs(t.hi));
-  if (big >= 1e4) {
-    static const std::pair<double, const char*> units[] = {{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "k"}};
-    for (const auto& [u, s] : units)
-      if (big >= u) {
-        f.divisor = u, f.suffix = s;
-        break;
-      }
-  } else if (big > 0 && big < 1e-2) {
-    f.exponent = static_cast<int>(std::floor(std::log10(big) + 1e-9));
-    f.divisor = std::pow(10.0, f.exponent);
-  }
-  f.decimals = decimals_for(t.step / f.divisor);
-  return f;
-}
-
-std::string superscript(int n) {
-  static const char* digits[] = {"⁰", "¹", "²", "³", "⁴", "⁵", "⁶", "⁷", "⁸", "⁹"};
-  std::string out = n < 0 ? "⁻" : "";
-  for (char c : std::to_string(std::abs(n))) out += digits[c - '0'];
-  return out;
-}
-
-// ---- colours ------------------------------------------------------------------------
-
-// Okabe & Ito's colour-blind-safe palette (yellow left out: too faint on white); past
-// seven runs the colours repeat with dashes.
-const char* colour(size_t i) {
-  static const char* c[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"};
-  return c[i % 7];
-}
-const char* dashes(size_t i) {
-  static const char* d[] = {"", "9 5", "2 4"};
-  return d[(i / 7) % 3];
-}
-
-// ---- one plot -----------------------------------------------------------------------
-
-struct Series {
-  std::vector<double> x, y;  // y NaN: no value at that step (a gap)
-  bool any() const {
-    return std::any_of(y.begin(), y.end(), [](double v) { return std::isfinite(v); });
-  }
-};
+// ---- a metric over steps ------------------------------------------------------------
 
 Series series_of(const RunData& r, const Metric& m) {
   const std::string& key = m.key;
@@ -358,156 +60,13 @@ Metric in_units(const Metric& m, const std::vector<RunData>& runs) {
   return out;
 }
 
-// Long runs: at most about `buckets` x-buckets, each keeping its first, lowest,
-// highest and last point, so spikes survive and the page stays small.
-Series thin(const Series& s, size_t buckets) {
-  if (s.x.size() <= 4 * buckets) return s;
-  const double x0 = s.x.front(), span = std::max(s.x.back() - x0, 1.0);
-  Series out;
-  size_t i = 0;
-  while (i < s.x.size()) {
-    const size_t b = static_cast<size_t>((s.x[i] - x0) / span * (buckets - 1));
-    size_t j = i, lo = i, hi = i;
-    bool gap = false;
-    while (j < s.x.size() && static_cast<size_t>((s.x[j] - x0) / span * (buckets - 1)) == b) {
-      if (!std::isfinite(s.y[j])) gap = true;
-      else {
-        if (!std::isfinite(s.y[lo]) || s.y[j] < s.y[lo]) lo = j;
-        if (!std::isfinite(s.y[hi]) || s.y[j] > s.y[hi]) hi = j;
-      }
-      ++j;
-    }
-    std::set<size_t> keep = {i, lo, hi, j - 1};
-    for (size_t k : keep) out.x.push_back(s.x[k]), out.y.push_back(s.y[k]);
-    if (gap) out.x.push_back(s.x[j - 1]), out.y.push_back(kNaN);
-    i = j;
-  }
-  return out;
-}
-
-bool same_values(const Series& a, const Series& b) {
-  if (a.x != b.x) return false;
-  for (size_t k = 0; k < a.y.size(); ++k) {
-    const bool fa = std::isfinite(a.y[k]), fb = std::isfinite(b.y[k]);
-    if (fa != fb) return false;
-    if (fa && std::abs(a.y[k] - b.y[k]) > 1e-9 * std::max(std::abs(a.y[k]), std::abs(b.y[k]))) return false;
-  }
-  return true;
-}
-
-constexpr double kW = 720, kPlotH = 300;
-constexpr double kLeft = 78, kRight = 24, kBottom = 58;
-constexpr double kLegendFont = 16, kTickFont = 15;  // as the page's CSS sets them
-
-// Rough width of text in the plots' sans-serif font.
-double text_width(const std::string& s, double font) {
-  size_t chars = 0;
-  for (unsigned char c : s) chars += (c & 0xC0) != 0x80;  // UTF-8 code points
-  return static_cast<double>(chars) * font * 0.58;
-}
-
-std::string c1(double v) { return fixed(v, 1); }
-
-std::string render_plot(const Metric& m, const std::vector<RunData>& runs, const std::vector<Series>& all) {
-  // The legend: one entry per run, wrapped into rows above the plot area.
-  struct Entry {
-    double x, y;
-    std::string text;
-    size_t run;
-  };
-  std::vector<Entry> legend;
-  double lx = kLeft, ly = 20;
-  // A run whose values equal an earlier run's would hide it: it is drawn dashed over
-  // it, and the legend says so.
-  std::vector<int> same_as(runs.size(), -1);
-  for (size_t i = 0; i < runs.size(); ++i)
-    for (size_t j = 0; j < i && same_as[i] < 0; ++j)
-      if (all[i].any() && same_values(all[i], all[j])) same_as[i] = static_cast<int>(j);
-  auto dash = [&](size_t i) -> std::string {
-    return *dashes(i) ? dashes(i) : same_as[i] >= 0 ? "8 7" : "";
-  };
-  for (size_t i = 0; i < runs.size(); ++i) {
-    std::string text = runs[i].label + (all[i].any() ? "" : " (not recorded)");
-    if (same_as[i] >= 0) text += " — same as " + runs[same_as[i]].label;
-    const double w = 30 + text_width(text, kLegendFont) + 22;
-    if (lx > kLeft && lx + w > kW - kRight) lx = kLeft, ly += 25;
-    legend.push_back({lx, ly, text, i});
-    lx += w;
-  }
-  // The plot area has the same height whatever the legend takes above it.
-  const double top = ly + 22, bottom = top + kPlotH;
-  const double height = bottom + kBottom;
-
-  double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
-  for (const Series& s : all)
-    for (size_t k = 0; k < s.x.size(); ++k) {
-      if (!std::isfinite(s.y[k])) continue;
-      xmin = std::min(xmin, s.x[k]), xmax = std::max(xmax, s.x[k]);
-      ymin = std::min(ymin, s.y[k]), ymax = std::max(ymax, s.y[k]);
-    }
-  Ticks xt = nice_ticks(xmin, xmax, 6, true);
-  if (xt.step < 1) {  // steps are whole numbers
-    xt = nice_ticks(xmin, std::max(xmax, xmin + 1), 1, true);
-  }
-  const Ticks yt = nice_ticks(ymin, ymax, 5, m.from_zero);
-  const AxisFormat xf = axis_format(xt), yf = axis_format(yt);
-  const double x0 = kLeft, x1 = kW - kRight;
-  auto px = [&](double v) { return x0 + (v - xt.lo) / (xt.hi - xt.lo) * (x1 - x0); };
-  auto py = [&](double v) { return bottom - (v - yt.lo) / (yt.hi - yt.lo) * (bottom - top); };
-
-  std::ostringstream o;
-  o << "<svg class=\"chart\" data-metric=\"" << m.id << "\" viewBox=\"0 0 " << kW << " " << height
-    << "\" role=\"img\" aria-label=\"" << esc(m.title) << " over steps\" xmlns=\"http://www.w3.org/2000/svg\">\n";
-  // Gridlines and ticks.
-  o << "<g class=\"grid\">";
-  for (double v : yt.values) o << "<line x1=\"" << c1(x0) << "\" x2=\"" << c1(x1) << "\" y1=\"" << c1(py(v)) << "\" y2=\"" << c1(py(v)) << "\"/>";
-  for (double v : xt.values) o << "<line y1=\"" << c1(top) << "\" y2=\"" << c1(bottom) << "\" x1=\"" << c1(px(v)) << "\" x2=\"" << c1(px(v)) << "\"/>";
-  o << "</g>\n<g class=\"axis\"><line x1=\"" << c1(x0) << "\" x2=\"" << c1(x1) << "\" y1=\"" << c1(bottom) << "\" y2=\""
-    << c1(bottom) << "\"/><line x1=\"" << c1(x0) << "\" x2=\"" << c1(x0) << "\" y1=\"" << c1(top) << "\" y2=\""
-    << c1(bottom) << "\"/></g>\n";
-  o << "<g class=\"ticks\">";
-  for (double v : yt.values)
-    o << "<text x=\"" << c1(x0 - 8) << "\" y=\"" << c1(py(v) + kTickFont * 0.35) << "\" text-anchor=\"end\">"
-      << esc(yf.label(v)) << "</text>";
-  for (double v : xt.values)
-    o << "<text x=\"" << c1(px(v)) << "\" y=\"" << c1(bottom + 22) << "\" text-anchor=\"middle\">" << esc(xf.label(v))
-      << "</text>";
-  o << "</g>\n";
-  std::string ylabel = m.axis;
-  if (yf.exponent != 0) ylabel += " ×10" + superscript(yf.exponent);
-  o << "<text class=\"axis-label\" x=\"" << c1((x0 + x1) / 2) << "\" y=\"" << c1(height - 12)
-    << "\" text-anchor=\"middle\">step</text>\n";
-  o << "<text class=\"axis-label\" transform=\"translate(18," << c1((top + bottom) / 2)
-    << ") rotate(-90)\" text-anchor=\"middle\">" << esc(ylabel) << "</text>\n";
-  // One path per run (gaps start a new subpath); a point with no neighbour gets a dot.
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const Series s = thin(all[i], 1000);
-    std::string d;
-    std::vector<std::pair<double, double>> dots;
-    for (size_t k = 0; k < s.x.size(); ++k) {
-      if (!std::isfinite(s.y[k])) continue;
-      const bool prev = k > 0 && std::isfinite(s.y[k - 1]);
-      const bool next = k + 1 < s.x.size() && std::isfinite(s.y[k + 1]);
-      d += (prev ? "L" : (d.empty() ? "M" : " M")) + c1(px(s.x[k])) + "," + c1(py(s.y[k]));
-      if (!prev && !next) dots.push_back({px(s.x[k]), py(s.y[k])});
-    }
-    if (d.empty()) continue;
-    o << "<path class=\"series\" data-run=\"" << i << "\" stroke=\"" << colour(i) << "\"";
-    if (!dash(i).empty()) o << " stroke-dasharray=\"" << dash(i) << "\"";
-    o << " d=\"" << d << "\"><title>" << esc(runs[i].label) << "</title></path>\n";
-    for (const auto& [x, y] : dots)
-      o << "<circle class=\"dot\" cx=\"" << c1(x) << "\" cy=\"" << c1(y) << "\" r=\"3.5\" fill=\"" << colour(i)
-        << "\"/>";
-  }
-  o << "<g class=\"legend\">";
-  for (const Entry& e : legend) {
-    o << "<line x1=\"" << c1(e.x) << "\" x2=\"" << c1(e.x + 26) << "\" y1=\"" << c1(e.y - 5) << "\" y2=\""
-      << c1(e.y - 5) << "\" stroke=\"" << colour(e.run) << "\"";
-    if (!dash(e.run).empty()) o << " stroke-dasharray=\"" << dash(e.run) << "\"";
-    o << "/><text x=\"" << c1(e.x + 32) << "\" y=\"" << c1(e.y) << "\">" << esc(e.text) << "</text>";
-  }
-  o << "</g>\n</svg>\n";
-  return o.str();
+PlotSpec plot_spec(const Metric& m) {
+  PlotSpec p;
+  p.id = m.id;
+  p.title = m.title;
+  p.y_label = m.axis;
+  p.from_zero = m.from_zero;
+  return p;
 }
 
 // ---- the page -----------------------------------------------------------------------
@@ -615,8 +174,8 @@ void row(std::ostringstream& o, const std::string& dt, const std::string& dd_htm
 std::string run_card(const RunData& r, size_t i) {
   const RunConfig& c = r.config;
   std::ostringstream o;
-  o << "<article class=\"run\" id=\"run-" << i << "\" style=\"--c:" << colour(i) << "\">\n";
-  o << "<h3><span class=\"swatch\"" << (*dashes(i) ? " style=\"border-top-style:dashed\"" : "") << "></span>"
+  o << "<article class=\"run\" id=\"run-" << i << "\" style=\"--c:" << series_colour(i) << "\">\n";
+  o << "<h3><span class=\"swatch\"" << (*series_dashes(i) ? " style=\"border-top-style:dashed\"" : "") << "></span>"
     << esc(r.label) << "</h3>\n";
   o << status_html(r);
   o << "<dl>\n";
@@ -705,7 +264,7 @@ std::string profile_section(const RunData& r, size_t i) {
     return true;
   }();
   std::ostringstream o;
-  o << "<section class=\"profile\" id=\"profile-" << i << "\" style=\"--c:" << colour(i) << "\">\n";
+  o << "<section class=\"profile\" id=\"profile-" << i << "\" style=\"--c:" << series_colour(i) << "\">\n";
   o << "<h3>" << esc(r.label) << "</h3>\n<p class=\"sub\">";
   if (p.contains("device") && p.at("device").is_string()) o << "on " << esc(p.at("device").get<std::string>()) << ": ";
   if (has) {
@@ -741,108 +300,6 @@ std::string profile_section(const RunData& r, size_t i) {
 }
 
 }  // namespace
-
-// ---- public -------------------------------------------------------------------------
-
-Ticks nice_ticks(double lo, double hi, int target, bool from_zero) {
-  if (!std::isfinite(lo) || !std::isfinite(hi)) lo = 0, hi = 1;
-  if (lo > hi) std::swap(lo, hi);
-  const bool non_negative = lo >= 0;
-  if (from_zero && non_negative) lo = 0;
-  if (hi == lo) {
-    const double d = lo == 0 ? 1 : std::abs(lo) * 0.1;
-    lo -= d, hi += d;
-    if (from_zero && non_negative) lo = 0;
-  }
-  const double raw = (hi - lo) / std::max(target, 1);
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  const double f = raw / mag;
-  Ticks t;
-  t.step = (f <= 1 + 1e-9 ? 1 : f <= 2 + 1e-9 ? 2 : f <= 5 + 1e-9 ? 5 : 10) * mag;
-  t.lo = std::floor(lo / t.step + 1e-9) * t.step;
-  t.hi = std::ceil(hi / t.step - 1e-9) * t.step;
-  const long n = std::lround((t.hi - t.lo) / t.step);
-  for (long i = 0; i <= n; ++i) {
-    double v = t.lo + static_cast<double>(i) * t.step;
-    if (std::abs(v) < t.step * 1e-9) v = 0;
-    t.values.push_back(v);
-  }
-  return t;
-}
-
-RunData read_run(const std::string& dir) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(dir, ec);
-  if (!fs::exists(st)) fail_config(dir, ": no such run directory");
-  if (!fs::is_directory(st)) fail_config(dir, ": not a directory (a run directory holds config.toml and metrics.jsonl)");
-  RunData r;
-  r.dir = dir;
-  r.name = dir_name(dir);
-  const std::string base = (fs::path(dir) / "").string();
-  for (const char* f : {"config.toml", "metrics.jsonl"})
-    if (!fs::exists(base + f))
-      fail_data(base, f, ": not found; a run directory (run.out_dir of `shardtrain train`) holds config.toml and "
-                "metrics.jsonl");
-  r.config = read_run_config(base + "config.toml", &r.model_note);
-  read_metrics(r, base + "metrics.jsonl");
-  if (fs::exists(base + "summary.json")) read_summary(r, base + "summary.json");
-  if (fs::exists(base + "profile.json")) read_profile(r, base + "profile.json");
-  find_world(r);
-  r.label = r.name;
-  return r;
-}
-
-void label_runs(std::vector<RunData>& runs, const std::vector<std::string>& labels) {
-  if (!labels.empty()) {
-    ST_CHECK_CONFIG(labels.size() == runs.size(), "--label given ", labels.size(), " time",
-                    labels.size() == 1 ? "" : "s", " for ", runs.size(), " run", runs.size() == 1 ? "" : "s",
-                    "; give one per run, in order");
-    for (size_t i = 0; i < runs.size(); ++i) runs[i].label = labels[i];
-    return;
-  }
-  // Names: the directory's, with its parent where two are the same, then a number.
-  std::map<std::string, int> count;
-  for (RunData& r : runs) ++count[r.name];
-  for (RunData& r : runs) {
-    r.label = r.name;
-    if (count[r.name] > 1) {
-      const fs::path p = fs::path(r.dir).lexically_normal();
-      fs::path parent = (p.filename().empty() ? p.parent_path() : p).parent_path();
-      if (!parent.filename().empty() && parent.filename() != "." && parent.filename() != "..")
-        r.label = parent.filename().string() + "/" + r.name;
-    }
-  }
-  std::map<std::string, int> seen, total;
-  for (RunData& r : runs) ++total[r.label];
-  for (RunData& r : runs)
-    if (total[r.label] > 1) r.label += " #" + std::to_string(++seen[r.label]);
-
-  // What differs between the runs.
-  const std::vector<std::function<std::string(const RunData&)>> attrs = {
-      [](const RunData& r) { return tag("mb", r.config.train.micro_batch); },
-      [](const RunData& r) { return tag("ga", r.config.train.grad_accum); },
-      [](const RunData& r) { return tag("T", r.config.train.seq_len); },
-      [](const RunData& r) { return r.world > 0 ? tag("w", r.world) : std::string(); },
-      [](const RunData& r) { return transport_of(r); },
-      [](const RunData& r) { return r.config.train.device; },
-  };
-  std::vector<std::vector<std::string>> extra(runs.size());
-  for (const auto& attr : attrs) {
-    std::set<std::string> values;
-    for (const RunData& r : runs) values.insert(attr(r));
-    if (values.size() < 2) continue;
-    for (size_t i = 0; i < runs.size(); ++i) {
-      const std::string v = attr(runs[i]);
-      if (!v.empty() && runs[i].name != v) extra[i].push_back(v);
-    }
-  }
-  for (size_t i = 0; i < runs.size(); ++i) {
-    if (extra[i].empty()) continue;
-    std::string e;
-    for (const std::string& s : extra[i]) e += (e.empty() ? "" : ", ") + s;
-    runs[i].label += " (" + e + ")";
-  }
-}
 
 const std::vector<MetricInfo>& report_metrics() {
   static const std::vector<MetricInfo> out = [] {
@@ -881,6 +338,8 @@ std::string render_report(const std::vector<RunData>& runs, const ReportOptions&
   o << "</section>\n";
 
   o << "<h2>Metrics</h2>\n<section class=\"plots\">\n";
+  std::vector<std::string> labels;
+  for (const RunData& r : runs) labels.push_back(r.label);
   std::string absent;
   for (const Metric& metric : metrics()) {
     const Metric m = in_units(metric, runs);
@@ -896,7 +355,7 @@ std::string render_report(const std::vector<RunData>& runs, const ReportOptions&
       continue;
     }
     o << "<figure class=\"plot\" id=\"plot-" << m.id << "\">\n<h3>" << esc(m.title) << "</h3>\n"
-      << render_plot(m, runs, all) << "</figure>\n";
+      << render_plot(plot_spec(m), labels, all) << "</figure>\n";
   }
   o << "</section>\n";
   if (!absent.empty()) o << "<section class=\"absent\">\n" << absent << "</section>\n";

@@ -1,67 +1,19 @@
-// `shardtrain report`: reads run directories (what `shardtrain train` writes under
-// run.out_dir: config.toml, metrics.jsonl, summary.json, maybe profile.json) and
-// renders one self-contained HTML page: a header per run, one inline SVG plot per
-// metric over steps with the runs overlaid, and each run's op profile.
+// `shardtrain report`: one self-contained HTML page for run directories: a header per
+// run, one inline SVG plot per metric over steps with the runs overlaid, and each
+// run's op profile. The room in three parts: report/run_data.h reads a run
+// directory, report/svg_plot.h draws a plot, this file is the page.
 //
 //   std::vector<RunData> runs = {read_run("runs/a"), read_run("runs/b")};
 //   label_runs(runs);                         // "a (mb16)", "b (mb8)"
 //   write_report("report.html", render_report(runs));
 //
-// Errors (st::Error) name the file, and the line for metrics.jsonl and JSON files.
 #pragma once
-#include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "config/run_config.h"
-#include "fabric/transport_report.h"
-#include "metrics/run_summary.h"
+#include "report/run_data.h"
 
 namespace st {
-
-// One step record of metrics.jsonl, as written by MetricsLog::write_step; a key the
-// record does not have (or null: a non-finite number) is left out of `values`.
-struct StepRecord {
-  int step = 0;
-  nlohmann::json values;  // the record's numeric fields by key
-};
-
-struct RunData {
-  std::string dir;    // as given
-  std::string name;   // the directory's own name ("r8" for runs/r8/)
-  std::string label;  // in legends and headers: name, plus what sets it apart (label_runs)
-
-  RunConfig config;           // config.toml, as `shardtrain train --config` reads it
-  std::string model_note;     // why the model's dimensions are unknown ("" when they are known)
-  std::optional<RunSummary> summary;        // summary.json, when the run wrote one
-  std::optional<FabricReport> transport;    // the last {"transport_report": ...} of metrics.jsonl
-  std::optional<nlohmann::json> profile;    // profile.json, when there
-  std::vector<StepRecord> steps;            // by step; a step logged twice (a resumed run) keeps its last record
-
-  // Ranks: summary.json's "world", else the transport report's rank count, else the
-  // tokens one step added over micro_batch x seq_len x grad_accum; 0 when unknown.
-  int world = 0;
-  std::string world_from;  // "summary.json", "transport report", "tokens per step"
-
-  bool finished() const { return summary && summary->finished(); }
-  bool interrupted() const { return summary && !summary->finished(); }
-};
-
-// Reads one run directory. A directory that is missing, or lacks config.toml or
-// metrics.jsonl, a metrics.jsonl line that is not a JSON object or whose step record
-// has a non-numeric field ("<dir>/metrics.jsonl:7: ..."), and a summary.json or
-// profile.json that is not JSON or not of the expected shape are errors naming the
-// file (and line). No summary.json is not an error: the run is unfinished.
-RunData read_run(const std::string& dir);
-
-// Sets each run's label: `labels[i]` when given (then labels.size() must equal
-// runs.size()), else the directory's name (with its parent where two names are the
-// same), followed by what differs between the runs: "mb16" (micro_batch), "ga4"
-// (grad_accum), "T2048" (seq_len), "w8" (world size), the transport ("efa", "ib",
-// "socket") and the device ("cpu", "cuda"), e.g. "r8 (mb8)".
-void label_runs(std::vector<RunData>& runs, const std::vector<std::string>& labels = {});
 
 struct ReportOptions {
   std::string title;  // "" = "shardtrain report: <the run directories' names>"
@@ -85,13 +37,5 @@ std::string render_report(const std::vector<RunData>& runs, const ReportOptions&
 void write_report(const std::string& path, const std::string& html);
 // write_report's refusals alone, to check a path before the runs are read.
 void check_report_path(const std::string& path);
-
-// Axis ticks at 1-2-5 steps: about `target` intervals covering [lo, hi], the range
-// rounded out to whole steps (and down to 0 when from_zero and lo >= 0).
-struct Ticks {
-  double lo = 0, hi = 1, step = 1;
-  std::vector<double> values;  // lo, lo + step, ..., hi
-};
-Ticks nice_ticks(double lo, double hi, int target = 5, bool from_zero = false);
 
 }  // namespace st

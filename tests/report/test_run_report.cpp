@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "report/report.h"
+#include "report/svg_plot.h"
 #include "support/files.h"
 #include "support/shell.h"
 
