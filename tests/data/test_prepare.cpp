@@ -29,10 +29,10 @@ std::vector<int32_t> stream_of(const TokenDataset& d) { return d.read(0, d.token
 
 TEST(Prepare, TextFilesAreDocumentsInNameOrder) {
   const fs::path dir = temp_dir("prep_text");
-  spit(dir / "in" / "b.txt", "bravo");
-  spit(dir / "in" / "a.txt", "alpha");
-  spit(dir / "in" / "sub" / "c.txt", "charlie!");
-  spit(dir / "extra.txt", "zz");
+  write_file(dir / "in" / "b.txt", "bravo");
+  write_file(dir / "in" / "a.txt", "alpha");
+  write_file(dir / "in" / "sub" / "c.txt", "charlie!");
+  write_file(dir / "extra.txt", "zz");
   PrepareOptions o = byte_options(dir / "out", {(dir / "in").string(), (dir / "extra.txt").string()});
   o.shard_tokens = 7;
   const TokenIndex x = prepare_token_shards(o);
@@ -62,8 +62,8 @@ TEST(Prepare, TextFilesAreDocumentsInNameOrder) {
 
 TEST(Prepare, JsonlLinesAreDocumentsAndBadLinesAreNamed) {
   const fs::path dir = temp_dir("prep_jsonl");
-  spit(dir / "in" / "a.jsonl", "{\"text\": \"hi\", \"id\": 1}\n\n{\"text\": \"yo\\n\"}\r\n");
-  spit(dir / "in" / "b.jsonl", "{\"body\": \"x\", \"text\": \"\"}");  // no final newline
+  write_file(dir / "in" / "a.jsonl", "{\"text\": \"hi\", \"id\": 1}\n\n{\"text\": \"yo\\n\"}\r\n");
+  write_file(dir / "in" / "b.jsonl", "{\"body\": \"x\", \"text\": \"\"}");  // no final newline
   PrepareOptions o = byte_options(dir / "out", {(dir / "in").string()});
   o.format = "jsonl";
   const TokenIndex x = prepare_token_shards(o);
@@ -80,10 +80,10 @@ TEST(Prepare, JsonlLinesAreDocumentsAndBadLinesAreNamed) {
 
 TEST(Prepare, BadJsonlLeavesNoOutput) {
   const fs::path dir = temp_dir("prep_badjsonl");
-  spit(dir / "a.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"fine\"}\n{\"text\": oops}\n");
-  spit(dir / "b.jsonl", "{\"text\": \"ok\"}\n[1, 2]\n");
-  spit(dir / "c.jsonl", "{\"content\": \"ok\"}\n");
-  spit(dir / "d.jsonl", "{\"text\": 5}\n");
+  write_file(dir / "a.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"fine\"}\n{\"text\": oops}\n");
+  write_file(dir / "b.jsonl", "{\"text\": \"ok\"}\n[1, 2]\n");
+  write_file(dir / "c.jsonl", "{\"content\": \"ok\"}\n");
+  write_file(dir / "d.jsonl", "{\"text\": 5}\n");
   const auto run = [&](const std::string& file) {
     return [&, file] {
       PrepareOptions o = byte_options(dir / "out", {(dir / file).string()});
@@ -117,8 +117,8 @@ TEST(Prepare, BadJsonlLeavesNoOutput) {
 
 TEST(Prepare, RefusesANonEmptyOutUnlessForcedThenReplacesItWhole) {
   const fs::path dir = temp_dir("prep_force");
-  spit(dir / "in.txt", "some text");
-  spit(dir / "out" / "old.txt", "old");
+  write_file(dir / "in.txt", "some text");
+  write_file(dir / "out" / "old.txt", "old");
   PrepareOptions o = byte_options(dir / "out", {(dir / "in.txt").string()});
   expect_error([&] { prepare_token_shards(o); }, {"out", "not empty", "--force"});
   EXPECT_TRUE(fs::exists(dir / "out" / "old.txt"));
@@ -141,7 +141,7 @@ TEST(Prepare, OutputIsTheSameBytesForAnyThreadCount) {
   for (int f = 0; f < 40; ++f) {
     std::string s;
     for (int i = 0; i < 1000 + f * 97; ++i) s += static_cast<char>('a' + (i * f) % 26);
-    spit(dir / "in" / ("f" + std::to_string(100 + f) + ".txt"), s);
+    write_file(dir / "in" / ("f" + std::to_string(100 + f) + ".txt"), s);
   }
   std::map<int, std::map<std::string, std::string>> files;
   for (int threads : {1, 4}) {
@@ -149,7 +149,7 @@ TEST(Prepare, OutputIsTheSameBytesForAnyThreadCount) {
     o.threads = threads;
     o.shard_tokens = 10000;
     prepare_token_shards(o);
-    for (const auto& e : fs::directory_iterator(o.out)) files[threads][e.path().filename().string()] = slurp(e.path());
+    for (const auto& e : fs::directory_iterator(o.out)) files[threads][e.path().filename().string()] = read_file(e.path());
   }
   EXPECT_GT(files[1].size(), 3u);
   EXPECT_EQ(files[1], files[4]);
@@ -162,16 +162,16 @@ testing::ShellResult sh(const std::string& args) {
 }
 
 void make_corpus(const fs::path& in) {
-  spit(in / "a.txt", "The quick brown fox jumps over the lazy dog.\nNaïve café — 日本語のテキスト.\n");
-  spit(in / "sub" / "b.txt", "Permission is hereby granted, free of charge, to any person obtaining a copy.\n");
+  write_file(in / "a.txt", "The quick brown fox jumps over the lazy dog.\nNaïve café — 日本語のテキスト.\n");
+  write_file(in / "sub" / "b.txt", "Permission is hereby granted, free of charge, to any person obtaining a copy.\n");
   std::string long_text;
   for (int i = 0; i < 200; ++i) long_text += "Line " + std::to_string(i) + ": the licence grants rights.\n";
-  spit(in / "c.txt", long_text);
+  write_file(in / "c.txt", long_text);
 }
 
 std::map<std::string, std::string> dir_bytes(const fs::path& d) {
   std::map<std::string, std::string> m;
-  for (const auto& e : fs::directory_iterator(d)) m[e.path().filename().string()] = slurp(e.path());
+  for (const auto& e : fs::directory_iterator(d)) m[e.path().filename().string()] = read_file(e.path());
   return m;
 }
 
@@ -220,12 +220,12 @@ TEST(DataCli, PrepareTextAndInspect) {
 TEST(DataCli, PrepareJsonlNamesABadLineAndLeavesNothing) {
   SKIP_WITHOUT_QWEN();
   const fs::path dir = temp_dir("cli_jsonl");
-  spit(dir / "good.jsonl", "{\"text\": \"Hello world\"}\n{\"text\": \"Second doc\"}\n");
+  write_file(dir / "good.jsonl", "{\"text\": \"Hello world\"}\n{\"text\": \"Second doc\"}\n");
   auto r = sh("data prepare --tokenizer " + kQwenDir.string() + " --format jsonl --input " +
               (dir / "good.jsonl").string() + " --out " + (dir / "ok").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("2 documents"), std::string::npos) << r.out;
-  spit(dir / "bad.jsonl", "{\"text\": \"Hello\"}\n{\"text\": \"fine\"}\n{\"txt\": \"wrong field\"}\n");
+  write_file(dir / "bad.jsonl", "{\"text\": \"Hello\"}\n{\"text\": \"fine\"}\n{\"txt\": \"wrong field\"}\n");
   r = sh("data prepare --tokenizer " + kQwenDir.string() + " --format jsonl --input " + (dir / "good.jsonl").string() +
          " " + (dir / "bad.jsonl").string() + " --out " + (dir / "out").string());
   EXPECT_EQ(r.code, 3) << r.out;
@@ -234,7 +234,7 @@ TEST(DataCli, PrepareJsonlNamesABadLineAndLeavesNothing) {
   for (const auto& e : fs::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
   // An unreadable input is named.
-  spit(dir / "locked.txt", "x");
+  write_file(dir / "locked.txt", "x");
   fs::permissions(dir / "locked.txt", fs::perms::none);
   if (::access((dir / "locked.txt").c_str(), R_OK) != 0) {  // root reads anyway
     r = sh("data prepare --tokenizer " + kQwenDir.string() + " --input " + (dir / "locked.txt").string() +

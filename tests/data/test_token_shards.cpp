@@ -38,7 +38,7 @@ TEST(TokenShard, RoundTrip) {
   for (int64_t i = 0; i < 300000; ++i) ids.push_back(static_cast<int32_t>((i * 7919) % 1000));
   write_shard(dir / "a.bin", ids, 1000);
   EXPECT_EQ(fs::file_size(dir / "a.bin"), 64 + 4 * ids.size());
-  const std::string raw = slurp(dir / "a.bin");
+  const std::string raw = read_file(dir / "a.bin");
   EXPECT_EQ(raw.substr(0, 8), "STTOKENS");
   // Little-endian uint32 ids right after the header.
   EXPECT_EQ(static_cast<uint8_t>(raw[64 + 4 * 3]), (3 * 7919) % 1000 & 0xff);
@@ -145,7 +145,7 @@ class TokensSourceTest : public ::testing::Test {
     // Two prepared directories, several shards each: a stream of distinct values so that
     // a window's position can be read back from its first token.
     for (int part = 0; part < 2; ++part) {
-      spit(dir / ("in" + std::to_string(part)) / "doc.txt", "x");
+      write_file(dir / ("in" + std::to_string(part)) / "doc.txt", "x");
       PrepareOptions o = byte_options(dir / ("p" + std::to_string(part)), {(dir / ("in" + std::to_string(part))).string()});
       const int base = part * 1500;
       o.encode = [base](std::string_view) {
@@ -265,7 +265,7 @@ TEST(DataCli, TrainTinyOnPreparedTokensAndLossFalls) {
   std::string text;
   for (int i = 0; i < 300; ++i)
     text += "The cat sat on the mat. The dog sat on the log. The bird sat on the branch.\n";
-  spit(dir / "in" / "corpus.txt", text);
+  write_file(dir / "in" / "corpus.txt", text);
   auto r = sh("data prepare --tokenizer " + kQwenDir.string() + " --input " + (dir / "in").string() + " --out " +
               (dir / "tok").string());
   ASSERT_EQ(r.code, 0) << r.out;

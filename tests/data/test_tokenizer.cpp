@@ -39,13 +39,13 @@ json small_tokenizer_json(const std::vector<std::pair<std::string, std::string>>
 
 Tokenizer load_small(const json& j, const std::string& name) {
   const fs::path d = temp_dir(name);
-  spit(d / "tokenizer.json", j.dump());
+  write_file(d / "tokenizer.json", j.dump());
   return Tokenizer::load(d.string());
 }
 
 std::string load_error(const json& j, const std::string& name) {
   const fs::path d = temp_dir(name);
-  spit(d / "tokenizer.json", j.dump());
+  write_file(d / "tokenizer.json", j.dump());
   return error_of([&] { Tokenizer::load(d.string()); });
 }
 
@@ -75,20 +75,20 @@ TEST(TokenizerSmall, MergesAsPairsAndVocabMergesFiles) {
   const Tokenizer a = load_small(j, "pairs");
   // The same as vocab.json + merges.txt (with a #version header) + tokenizer_config.json.
   const fs::path d = temp_dir("files");
-  spit(d / "vocab.json", j["model"]["vocab"].dump());
-  spit(d / "merges.txt", "#version: 0.2\na a\nĠ aa\n");
+  write_file(d / "vocab.json", j["model"]["vocab"].dump());
+  write_file(d / "merges.txt", "#version: 0.2\na a\nĠ aa\n");
   json cfg = {{"tokenizer_class", "Qwen2Tokenizer"},
               {"added_tokens_decoder",
                {{"258", {{"content", "<|endoftext|>"}, {"lstrip", false}, {"normalized", false}, {"rstrip", false},
                          {"single_word", false}, {"special", true}}}}}};
-  spit(d / "tokenizer_config.json", cfg.dump());
+  write_file(d / "tokenizer_config.json", cfg.dump());
   const Tokenizer b = Tokenizer::load(d.string());
   for (const std::string s : {"aa aa", " aaaa", "a<|endoftext|> aa"}) EXPECT_EQ(a.encode(s), b.encode(s)) << s;
   EXPECT_EQ(a.encode(" aa"), (Ids{*a.token_id("Ġaa")}));
   EXPECT_EQ(b.eos_id(), 258);
   EXPECT_NE(b.describe().find("vocab.json + merges.txt"), std::string::npos);
   cfg["tokenizer_class"] = "LlamaTokenizer";
-  spit(d / "tokenizer_config.json", cfg.dump());
+  write_file(d / "tokenizer_config.json", cfg.dump());
   const std::string e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find("tokenizer_config.json"), std::string::npos) << e;
   EXPECT_NE(e.find("LlamaTokenizer"), std::string::npos) << e;
@@ -137,21 +137,21 @@ TEST(TokenizerSmall, MissingAndCorruptFilesAreNamed) {
   fs::path d = temp_dir("empty");
   e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find("no tokenizer.json"), std::string::npos) << e;
-  spit(d / "tokenizer.json", "{\"model\": [1, 2");
+  write_file(d / "tokenizer.json", "{\"model\": [1, 2");
   e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find((d / "tokenizer.json").string()), std::string::npos) << e;
   EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
   d = temp_dir("half");
-  spit(d / "vocab.json", "{}");
+  write_file(d / "vocab.json", "{}");
   e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find("merges.txt"), std::string::npos) << e;
   EXPECT_NE(e.find("missing"), std::string::npos) << e;
-  spit(d / "merges.txt", "a b\n");
-  spit(d / "tokenizer_config.json", R"({"tokenizer_class": "Qwen2Tokenizer"})");
+  write_file(d / "merges.txt", "a b\n");
+  write_file(d / "tokenizer_config.json", R"({"tokenizer_class": "Qwen2Tokenizer"})");
   e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find("vocab.json"), std::string::npos) << e;  // empty vocab
-  spit(d / "vocab.json", small_tokenizer_json({})["model"]["vocab"].dump());
-  spit(d / "merges.txt", "a b c\n");
+  write_file(d / "vocab.json", small_tokenizer_json({})["model"]["vocab"].dump());
+  write_file(d / "merges.txt", "a b c\n");
   e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find("merges.txt:1"), std::string::npos) << e;
 }
@@ -345,10 +345,10 @@ TEST(TokenizerQwen, VocabJsonAndMergesTxtGiveTheSameIds) {
 
 TEST(TokenizerQwen, RefusesAModifiedTokenizerJson) {
   SKIP_WITHOUT_QWEN();
-  json j = json::parse(slurp(kQwenDir / "tokenizer.json"));
+  json j = json::parse(read_file(kQwenDir / "tokenizer.json"));
   j["normalizer"] = {{"type", "NFKC"}};
   const fs::path d = temp_dir("qwen_nfkc");
-  spit(d / "tokenizer.json", j.dump());
+  write_file(d / "tokenizer.json", j.dump());
   const std::string e = error_of([&] { Tokenizer::load(d.string()); });
   EXPECT_NE(e.find((d / "tokenizer.json").string()), std::string::npos) << e;
   EXPECT_NE(e.find("normalizer NFKC is not supported"), std::string::npos) << e;
@@ -406,7 +406,7 @@ TEST(TokenizeCli, EncodesDecodesAndFails) {
   r = cli("--text 'Hello world'");
   EXPECT_EQ(r.out, "9707\n1879\n");
   const fs::path d = temp_dir("cli");
-  spit(d / "in.txt", "<|im_start|>user\nHello!<|im_end|>");
+  write_file(d / "in.txt", "<|im_start|>user\nHello!<|im_end|>");
   r = cli("--file " + (d / "in.txt").string() + " --json");
   EXPECT_EQ(r.out, "[151644, 872, 198, 9707, 0, 151645]\n") << r.out;
   r = cli("--decode --text '151644, 872 198\n9707,0 151645'");

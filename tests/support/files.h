@@ -16,8 +16,9 @@ inline std::string read_file(const std::filesystem::path& p) {
   return s.str();
 }
 
-// Replaces the file at `p` with `bytes` (its directory must exist).
+// Replaces the file at `p` with `bytes`, making its directory first.
 inline void write_file(const std::filesystem::path& p, const std::string& bytes) {
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
