@@ -37,6 +37,11 @@ struct AdamWParams {
   float grad_scale = 1.0f; // multiplies the gradient first (global-norm clipping)
 };
 
+// The ops with an argument contract are non-virtual fronts: each checks its
+// arguments once (backend.cpp, with op_checks.h), by the backend's OpRules where
+// backends differ (the dtypes they compute in, attention's head_dim limit), then calls
+// its protected do_<op>, which the backends implement and may take as checked. The
+// memory primitives, the hints and the accounting have no contract and stay virtual.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -47,21 +52,20 @@ class Backend {
   virtual Tensor alloc(DType dtype, size_t numel) = 0;  // zero-filled
   virtual void free(Tensor& t) = 0;                      // sets t.data = nullptr
   virtual void zero(Tensor t) = 0;
-  virtual void fill(Tensor t, double value) = 0;
+  void fill(Tensor t, double value);
   // t[i] = float(stddev * counter_normal(key, first + i)) (core/rng.h), the seeded
   // initialisation computed where the tensor lives; t is F32 (or F64: the double).
-  // The default computes on the host and uploads; backends override it.
-  virtual void fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev);
+  void fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev);
   // dst = src element-wise, converting dtype; numel must match.
-  virtual void copy(Tensor dst, Tensor src) = 0;
+  void copy(Tensor dst, Tensor src);
   // Host <-> backend: host pointers hold elements of the tensor's own dtype.
-  virtual void upload(Tensor dst, const void* host) = 0;
-  virtual void download(void* host, Tensor src) = 0;
+  void upload(Tensor dst, const void* host);
+  void download(void* host, Tensor src);
   // upload() of token ids (I32), checked on the host first: every id in [0, V) (or
   // equal to `ignore` when has_ignore); a bad one is an error naming `what`, the id
   // and its row, before anything is uploaded. Ops that read ids checked this way
   // skip their own check (on a GPU that check waits for the device).
-  virtual void upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore, const char* what);
+  void upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore, const char* what);
   // Host memory that download() fills fastest (page-locked on CUDA, so the copy runs
   // at the bus's rate); null when it cannot be had. Freed with free_host.
   virtual void* alloc_host(size_t bytes) { return std::malloc(bytes); }
@@ -87,90 +91,161 @@ class Backend {
 
   // ---- element-wise -------------------------------------------------------------
   // out = a + b  (n)
-  virtual void add(Tensor out, Tensor a, Tensor b, size_t n) = 0;
+  void add(Tensor out, Tensor a, Tensor b, size_t n);
   // acc += x  (n)
-  virtual void accumulate(Tensor acc, Tensor x, size_t n) = 0;
+  void accumulate(Tensor acc, Tensor x, size_t n);
   // Sum of squares of x[0:n), computed in double, returned on the host.
-  virtual double sum_squares(Tensor x, size_t n) = 0;
+  double sum_squares(Tensor x, size_t n);
   // sum_squares of each part, summed in order on the host: the same double as
   // calling sum_squares part by part, with one wait for the device instead of many.
-  virtual double sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) {
-    double total = 0;
-    for (const auto& [x, n] : parts) total += sum_squares(x, n);
-    return total;
-  }
+  double sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts);
 
   // ---- embedding ----------------------------------------------------------------
   // out (N,C) = wte (V,C)[tokens (N)]. Token ids outside [0,V) are an error.
-  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) = 0;
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V);
   // dwte (V,C) += scatter of dout (N,C) by tokens.
-  virtual void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) = 0;
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V);
 
   // ---- RMSNorm: out = inp / sqrt(mean(inp^2) + eps) * weight ---------------------
   // out (N,C), rstd (N) saved for backward, inp (N,C), weight (C).
-  virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C, float eps) = 0;
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C, float eps);
   // dinp (N,C) +=, dweight (C) +=.
-  virtual void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
-                                Tensor rstd, int N, int C) = 0;
+  void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd, int N,
+                        int C);
   // The residual add fused into the norm that follows it: sum (N,C) = a + b, then
   // out, rstd = rmsnorm(sum). The norm reads the rounded sum, so the result equals
   // add() followed by rmsnorm_forward() bit for bit.
-  virtual void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, int N,
-                                   int C, float eps) {
-    add(sum, a, b, static_cast<size_t>(N) * C);
-    rmsnorm_forward(out, rstd, sum, weight, N, C, eps);
-  }
+  void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, int N, int C,
+                           float eps);
 
   // ---- linear: out (N,OC) = inp (N,IC) · weight (OC,IC)ᵀ + bias (OC, may be empty) -
-  virtual void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) = 0;
+  void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC);
   // dinp (N,IC) = dout·weight (overwritten; skipped when empty),
   // dweight (OC,IC) += doutᵀ·inp, dbias (OC) += Σ_rows dout (skipped when empty).
-  virtual void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
-                               Tensor weight, int N, int IC, int OC) = 0;
+  void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight, int N,
+                       int IC, int OC);
 
   // ---- rotary position embedding (Hugging Face "rotate_half" convention) ----------
   // In place on the q and k parts of qkv (B*T, (H+2KV)*hd); position of row r is
   // r % T; inv_freq[i] = theta^(-2i/hd), i < hd/2; pairs are (j, j + hd/2).
-  virtual void rope_forward(Tensor qkv, int B, int T, int H, int KV, int hd, float theta) = 0;
+  void rope_forward(Tensor qkv, int B, int T, int H, int KV, int hd, float theta);
   // The transpose (rotation by -angle), in place on dqkv.
-  virtual void rope_backward(Tensor dqkv, int B, int T, int H, int KV, int hd, float theta) = 0;
+  void rope_backward(Tensor dqkv, int B, int T, int H, int KV, int hd, float theta);
 
   // ---- causal grouped-query attention, softmax scale 1/sqrt(hd) -----------------
   // out (B*T, H*hd); lse (B, H, T) log-sum-exp of each score row, saved for backward;
   // qkv (B*T, (H+2KV)*hd). Query head h reads kv head h / (H/KV).
   // Never materialises more than one score row per (b, h) at a time.
-  virtual void attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) = 0;
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd);
   // A hint, before the first step: attention will run at this shape. A backend that
   // builds per-shape plans (cuDNN on CUDA) may start building them in the background
   // so that the first step does not wait for them. Changes no result.
   virtual void prepare_attention(int /*B*/, int /*T*/, int /*H*/, int /*KV*/, int /*hd*/) {}
   // dqkv (B*T, (H+2KV)*hd) overwritten.
-  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T,
-                                  int H, int KV, int hd) = 0;
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV,
+                          int hd);
 
   // ---- SwiGLU: out (N,F) = silu(gate) * up, gu (N, 2F) = [gate | up] per row ------
-  virtual void swiglu_forward(Tensor out, Tensor gu, int N, int F) = 0;
+  void swiglu_forward(Tensor out, Tensor gu, int N, int F);
   // dgu (N, 2F) overwritten.
-  virtual void swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) = 0;
+  void swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F);
 
   // ---- cross-entropy, fused forward + backward, in place over logits -------------
   // logits (N,V) in; losses (N) out (statistics dtype): -log softmax(logits)[target], 0 where
   // target == ignore_index. When `grad` is true, logits are overwritten with
   // dloss_scale * (softmax - onehot(target)) (zero rows where ignored).
   // Targets outside [0,V) other than ignore_index are an error.
-  virtual void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
-                             float dloss_scale, bool grad) = 0;
+  void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index, float dloss_scale,
+                     bool grad);
 
   // ---- optimizer: AdamW with decoupled weight decay and bias correction ---------
   // param, grad, m, v (n) are F32. Caller passes weight_decay = 0 for no-decay spans.
-  virtual void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) = 0;
+  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p);
   // adamw, then copy (n, any float dtype) = the updated param converted, in one pass
   // where the backend can (the compute-dtype copy of the shard that gathers read).
-  virtual void adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
-                          const AdamWParams& p) {
-    adamw(param, grad, m, v, n, p);
-    this->copy(copy.slice(0, n), param.slice(0, n));
+  void adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n, const AdamWParams& p);
+
+ protected:
+  // What a backend computes in (the "Dtypes" convention above), for the fronts' checks.
+  struct OpRules {
+    DType act[2];               // the activation dtypes (CPU: f32, f64; CUDA: bf16, f32)
+    const char* act_text;       // ends the message for any other: "the CPU backend computes in f32 or f64"
+    bool f32_grads_and_stats;   // parameter gradients and statistics are F32 (CUDA); else the activations' dtype
+    int max_head_dim;           // attention's largest head_dim; 0: no limit
+    const char* max_head_dim_text;  // whose limit it is: "the CUDA kernels'"
+  };
+  virtual OpRules op_rules() const = 0;
+
+  // The activation dtype of an op, taken from one of its activation arguments; an
+  // error naming the op and the argument unless it is one of op_rules().act.
+  DType act_dtype(const char* op, const char* name, Tensor t) const;
+  // The dtype of parameter gradients and of statistics (rstd, lse, losses) next to
+  // activations of dtype `act`.
+  DType side_dtype(DType act) const { return op_rules().f32_grads_and_stats ? DType::F32 : act; }
+
+  // Ids outside [0, V) (other than `ignore` when has_ignore) are an error naming `op`,
+  // `what`, the id and its first offending row; read where the ids live (the CPU on the
+  // host, CUDA on the device unless upload_ids checked them).
+  virtual void check_ids(const char* op, const char* what, Tensor ids, int N, int V, bool has_ignore,
+                         int ignore) = 0;
+
+  // The ops proper, called by the fronts above once the arguments are checked (and
+  // n > 0 or numel > 0 where a front returns early on nothing to do).
+  virtual void do_fill(Tensor t, double value) = 0;
+  // The default computes on the host and uploads; backends override it.
+  virtual void do_fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev);
+  virtual void do_copy(Tensor dst, Tensor src) = 0;
+  virtual void do_upload(Tensor dst, const void* host) = 0;
+  virtual void do_download(void* host, Tensor src) = 0;
+  // The ids are checked (host values in range): upload them; a backend may remember it.
+  virtual void do_upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore) {
+    do_upload(dst, host);
   }
+  virtual void do_add(Tensor out, Tensor a, Tensor b, size_t n) = 0;
+  virtual void do_accumulate(Tensor acc, Tensor x, size_t n) = 0;
+  virtual double do_sum_squares(Tensor x, size_t n) = 0;
+  // Parts with n == 0 add 0.
+  virtual double do_sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) {
+    double total = 0;
+    for (const auto& [x, n] : parts) total += n ? do_sum_squares(x, n) : 0.0;
+    return total;
+  }
+  virtual void do_embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) = 0;
+  virtual void do_embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) = 0;
+  virtual void do_rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C, float eps) = 0;
+  virtual void do_rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd,
+                                   int N, int C) = 0;
+  virtual void do_add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, int N,
+                                      int C, float eps) {
+    do_add(sum, a, b, static_cast<size_t>(N) * C);
+    do_rmsnorm_forward(out, rstd, sum, weight, N, C, eps);
+  }
+  virtual void do_matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) = 0;
+  virtual void do_matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
+                                  int N, int IC, int OC) = 0;
+  // sign +1: rope_forward; -1: rope_backward.
+  virtual void do_rope(Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) = 0;
+  virtual void do_attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) = 0;
+  virtual void do_attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T,
+                                     int H, int KV, int hd) = 0;
+  virtual void do_swiglu_forward(Tensor out, Tensor gu, int N, int F) = 0;
+  virtual void do_swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) = 0;
+  virtual void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
+                                float dloss_scale, bool grad) = 0;
+  virtual void do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) = 0;
+  virtual void do_adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
+                             const AdamWParams& p) {
+    do_adamw(param, grad, m, v, n, p);
+    do_copy(copy.slice(0, n), param.slice(0, n));
+  }
+
+ private:
+  // A decorator (profiler.h): its own front checks each call, then it hands the call
+  // to the inner backend's do_<op>, op_rules and check_ids, so nothing is checked twice.
+  friend class ProfilingBackend;
+
+  void check_rope(const char* op, Tensor qkv, int B, int T, int H, int KV, int hd, float theta) const;
+  void check_attention(const char* op, int B, int T, int H, int KV, int hd) const;
 };
 
 // The CPU reference backend (OpenBLAS GEMMs, fp32 and fp64).

@@ -1,12 +1,10 @@
+// Picks the backend for a device name, and says what a build and a host can run
+// (factory.h).
 #include "backend/factory.h"
 
-#include "backend/op_checks.h"
-
-#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
-#include "core/rng.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -56,42 +54,6 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int device_inde
 #endif
   }
   fail_config(option, ": unknown device '", device, "' (expected cpu or cuda)");
-}
-
-// The default seeded fill: computed on the host in pieces, each uploaded into place.
-void Backend::fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) {
-  ST_CHECK(t.dtype == DType::F32 || t.dtype == DType::F64, "fill_normal: ", dtype_name(t.dtype),
-           " tensors are not supported (F32, F64)");
-  constexpr size_t kPiece = size_t{1} << 20;
-  std::vector<double> d;
-  std::vector<float> f;
-  for (size_t at = 0; at < t.numel; at += kPiece) {
-    const size_t n = std::min(kPiece, t.numel - at);
-    d.resize(n);
-    for (size_t i = 0; i < n; ++i) d[i] = stddev * counter_normal(key, first + at + i);
-    if (t.dtype == DType::F64) {
-      upload(t.slice(at, n), d.data());
-    } else {
-      f.assign(d.begin(), d.end());
-      upload(t.slice(at, n), f.data());
-    }
-  }
-}
-
-void check_ids_on_host(const int32_t* ids, size_t n, int V, bool has_ignore, int ignore, const char* what,
-                       const char* op) {
-  for (size_t r = 0; r < n; ++r) {
-    const int32_t id = ids[r];
-    if (has_ignore && id == ignore) continue;
-    ST_CHECK(id >= 0 && id < V, op ? op : "", op ? ": " : "", what, " ", id, " at row ", r, " is outside [0, V=", V,
-             ")");
-  }
-}
-
-void Backend::upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore, const char* what) {
-  ST_CHECK(dst.dtype == DType::I32, "upload_ids: ", what, " tensor is ", dtype_name(dst.dtype), ", expected i32");
-  check_ids_on_host(host, dst.numel, V, has_ignore, ignore, what);
-  upload(dst, host);
 }
 
 }  // namespace st

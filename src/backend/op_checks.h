@@ -1,5 +1,5 @@
-// Argument checks shared by the backends: every op names itself and the buffer in
-// its message, so a wrong call reads "matmul_forward: weight holds 10 elements, needs 12".
+// Argument checks of the op fronts (backend.cpp): every op names itself and the buffer
+// in its message, so a wrong call reads "matmul_forward: weight holds 10 elements, needs 12".
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -15,7 +15,7 @@ inline void check_dim(const char* op, const char* name, long long v) {
 
 // Every id of ids[0, n) in [0, V) (or == ignore when has_ignore), checked before any
 // output is written; the error names `op` (when given), `what`, the id and its row
-// (backend/factory.cpp).
+// (backend/backend.cpp).
 void check_ids_on_host(const int32_t* ids, size_t n, int V, bool has_ignore, int ignore, const char* what,
                        const char* op = nullptr);
 

@@ -1,3 +1,5 @@
+// The op profiler (profiler.h): its timers, its report, and the ops it times on the
+// way to the inner backend.
 #include "backend/profiler.h"
 
 #include <algorithm>
@@ -348,180 +350,175 @@ void ProfilingBackend::zero(Tensor t) {
   timed("zero", false, t.numel * es(t), [&] { inner_.zero(t); });
 }
 
-void ProfilingBackend::fill(Tensor t, double value) {
-  if (!open_) return inner_.fill(t, value);
-  timed("fill", false, t.numel * es(t), [&] { inner_.fill(t, value); });
+void ProfilingBackend::do_fill(Tensor t, double value) {
+  if (!open_) return inner_.do_fill(t, value);
+  timed("fill", false, t.numel * es(t), [&] { inner_.do_fill(t, value); });
 }
 
-void ProfilingBackend::copy(Tensor dst, Tensor src) {
-  if (!open_) return inner_.copy(dst, src);
+void ProfilingBackend::do_copy(Tensor dst, Tensor src) {
+  if (!open_) return inner_.do_copy(dst, src);
   const std::string key = "copy " + std::string(dtype_name(src.dtype)) + "->" + std::string(dtype_name(dst.dtype));
-  timed(key, false, dst.numel * (es(dst) + es(src)), [&] { inner_.copy(dst, src); });
+  timed(key, false, dst.numel * (es(dst) + es(src)), [&] { inner_.do_copy(dst, src); });
 }
 
-void ProfilingBackend::upload(Tensor dst, const void* host) {
-  if (!open_) return inner_.upload(dst, host);
-  timed("upload", false, dst.numel * es(dst), [&] { inner_.upload(dst, host); });
+void ProfilingBackend::do_upload(Tensor dst, const void* host) {
+  if (!open_) return inner_.do_upload(dst, host);
+  timed("upload", false, dst.numel * es(dst), [&] { inner_.do_upload(dst, host); });
 }
 
-void ProfilingBackend::download(void* host, Tensor src) {
-  if (!open_) return inner_.download(host, src);
-  timed("download", false, src.numel * es(src), [&] { inner_.download(host, src); });
+void ProfilingBackend::do_download(void* host, Tensor src) {
+  if (!open_) return inner_.do_download(host, src);
+  timed("download", false, src.numel * es(src), [&] { inner_.do_download(host, src); });
 }
 
-void ProfilingBackend::add(Tensor out, Tensor a, Tensor b, size_t n) {
-  if (!open_) return inner_.add(out, a, b, n);
-  timed("add", false, n * (es(a) + es(b) + es(out)), [&] { inner_.add(out, a, b, n); });
+void ProfilingBackend::do_add(Tensor out, Tensor a, Tensor b, size_t n) {
+  if (!open_) return inner_.do_add(out, a, b, n);
+  timed("add", false, n * (es(a) + es(b) + es(out)), [&] { inner_.do_add(out, a, b, n); });
 }
 
-void ProfilingBackend::accumulate(Tensor acc, Tensor x, size_t n) {
-  if (!open_) return inner_.accumulate(acc, x, n);
-  timed("accumulate", false, n * (2 * es(acc) + es(x)), [&] { inner_.accumulate(acc, x, n); });
+void ProfilingBackend::do_accumulate(Tensor acc, Tensor x, size_t n) {
+  if (!open_) return inner_.do_accumulate(acc, x, n);
+  timed("accumulate", false, n * (2 * es(acc) + es(x)), [&] { inner_.do_accumulate(acc, x, n); });
 }
 
-double ProfilingBackend::sum_squares(Tensor x, size_t n) {
-  if (!open_) return inner_.sum_squares(x, n);
+double ProfilingBackend::do_sum_squares(Tensor x, size_t n) {
+  if (!open_) return inner_.do_sum_squares(x, n);
   double result = 0;
-  timed("sum_squares", false, n * es(x), [&] { result = inner_.sum_squares(x, n); });
+  timed("sum_squares", false, n * es(x), [&] { result = inner_.do_sum_squares(x, n); });
   return result;
 }
 
-void ProfilingBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) {
-  if (!open_) return inner_.embedding_forward(out, tokens, wte, N, C, V);
+void ProfilingBackend::do_embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) {
+  if (!open_) return inner_.do_embedding_forward(out, tokens, wte, N, C, V);
   const double nc = static_cast<double>(N) * C;
   timed("embedding_forward", false, N * es(tokens) + nc * (es(wte) + es(out)),
-        [&] { inner_.embedding_forward(out, tokens, wte, N, C, V); });
+        [&] { inner_.do_embedding_forward(out, tokens, wte, N, C, V); });
 }
 
-void ProfilingBackend::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) {
-  if (!open_) return inner_.embedding_backward(dwte, dout, tokens, N, C, V);
+void ProfilingBackend::do_embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) {
+  if (!open_) return inner_.do_embedding_backward(dwte, dout, tokens, N, C, V);
   const double nc = static_cast<double>(N) * C;
   timed("embedding_backward", false, N * es(tokens) + nc * (es(dout) + 2 * es(dwte)),
-        [&] { inner_.embedding_backward(dwte, dout, tokens, N, C, V); });
+        [&] { inner_.do_embedding_backward(dwte, dout, tokens, N, C, V); });
 }
 
-void ProfilingBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C, float eps) {
-  if (!open_) return inner_.rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+void ProfilingBackend::do_rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C,
+                                          float eps) {
+  if (!open_) return inner_.do_rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
   const double nc = static_cast<double>(N) * C;
   timed("rmsnorm_forward", false, nc * (es(inp) + es(out)) + C * es(weight) + N * es(rstd),
-        [&] { inner_.rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
+        [&] { inner_.do_rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
 }
 
-void ProfilingBackend::rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
-                                        Tensor rstd, int N, int C) {
-  if (!open_) return inner_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+void ProfilingBackend::do_rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
+                                           Tensor rstd, int N, int C) {
+  if (!open_) return inner_.do_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
   const double nc = static_cast<double>(N) * C;
   // dinp and dweight are read and written (+=).
   timed("rmsnorm_backward", false,
         nc * (es(dout) + es(inp) + 2 * es(dinp)) + C * (es(weight) + 2 * es(dweight)) + N * es(rstd),
-        [&] { inner_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
+        [&] { inner_.do_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
 }
 
-void ProfilingBackend::add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight,
-                                           int N, int C, float eps) {
-  if (!open_) return inner_.add_rmsnorm_forward(sum, out, rstd, a, b, weight, N, C, eps);
+void ProfilingBackend::do_add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight,
+                                              int N, int C, float eps) {
+  if (!open_) return inner_.do_add_rmsnorm_forward(sum, out, rstd, a, b, weight, N, C, eps);
   const double nc = static_cast<double>(N) * C;
   timed("add_rmsnorm_forward", false, nc * (es(a) + es(b) + es(sum) + es(out)) + C * es(weight) + N * es(rstd),
-        [&] { inner_.add_rmsnorm_forward(sum, out, rstd, a, b, weight, N, C, eps); });
+        [&] { inner_.do_add_rmsnorm_forward(sum, out, rstd, a, b, weight, N, C, eps); });
 }
 
-void ProfilingBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) {
-  if (!open_) return inner_.matmul_forward(out, inp, weight, bias, N, IC, OC);
+void ProfilingBackend::do_matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) {
+  if (!open_) return inner_.do_matmul_forward(out, inp, weight, bias, N, IC, OC);
   timed("matmul_forward " + matmul_tag(N, IC, OC), true, 2.0 * N * IC * OC,
-        [&] { inner_.matmul_forward(out, inp, weight, bias, N, IC, OC); });
+        [&] { inner_.do_matmul_forward(out, inp, weight, bias, N, IC, OC); });
 }
 
-void ProfilingBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
-                                       Tensor weight, int N, int IC, int OC) {
-  if (!open_) return inner_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+void ProfilingBackend::do_matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                                          Tensor weight, int N, int IC, int OC) {
+  if (!open_) return inner_.do_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   const double gemm = 2.0 * N * IC * OC;
   const bool with_dinp = !dinp.empty();
   timed("matmul_backward " + matmul_tag(N, IC, OC) + (with_dinp ? "" : " dW only"), true,
         with_dinp ? 2 * gemm : gemm,
-        [&] { inner_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC); });
+        [&] { inner_.do_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC); });
 }
 
-void ProfilingBackend::rope_forward(Tensor qkv, int B, int T, int H, int KV, int hd, float theta) {
-  if (!open_) return inner_.rope_forward(qkv, B, T, H, KV, hd, theta);
+void ProfilingBackend::do_rope(Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) {
+  if (!open_) return inner_.do_rope(qkv, B, T, H, KV, hd, theta, sign);
   // In place on the q and k columns: each read and written once.
-  timed("rope_forward", false, 2.0 * B * T * (H + KV) * hd * es(qkv),
-        [&] { inner_.rope_forward(qkv, B, T, H, KV, hd, theta); });
+  timed(sign > 0 ? "rope_forward" : "rope_backward", false, 2.0 * B * T * (H + KV) * hd * es(qkv),
+        [&] { inner_.do_rope(qkv, B, T, H, KV, hd, theta, sign); });
 }
 
-void ProfilingBackend::rope_backward(Tensor dqkv, int B, int T, int H, int KV, int hd, float theta) {
-  if (!open_) return inner_.rope_backward(dqkv, B, T, H, KV, hd, theta);
-  timed("rope_backward", false, 2.0 * B * T * (H + KV) * hd * es(dqkv),
-        [&] { inner_.rope_backward(dqkv, B, T, H, KV, hd, theta); });
-}
-
-void ProfilingBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) {
-  if (!open_) return inner_.attention_forward(out, lse, qkv, B, T, H, KV, hd);
+void ProfilingBackend::do_attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV,
+                                            int hd) {
+  if (!open_) return inner_.do_attention_forward(out, lse, qkv, B, T, H, KV, hd);
   timed("attention_forward " + attention_tag(B, T, H, KV, hd), true, attention_forward_flops(B, T, H, hd),
-        [&] { inner_.attention_forward(out, lse, qkv, B, T, H, KV, hd); });
+        [&] { inner_.do_attention_forward(out, lse, qkv, B, T, H, KV, hd); });
 }
 
-void ProfilingBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T,
-                                          int H, int KV, int hd) {
-  if (!open_) return inner_.attention_backward(dqkv, dout, out, lse, qkv, B, T, H, KV, hd);
+void ProfilingBackend::do_attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B,
+                                             int T, int H, int KV, int hd) {
+  if (!open_) return inner_.do_attention_backward(dqkv, dout, out, lse, qkv, B, T, H, KV, hd);
   timed("attention_backward " + attention_tag(B, T, H, KV, hd), true, 2.5 * attention_forward_flops(B, T, H, hd),
-        [&] { inner_.attention_backward(dqkv, dout, out, lse, qkv, B, T, H, KV, hd); });
+        [&] { inner_.do_attention_backward(dqkv, dout, out, lse, qkv, B, T, H, KV, hd); });
 }
 
-void ProfilingBackend::swiglu_forward(Tensor out, Tensor gu, int N, int F) {
-  if (!open_) return inner_.swiglu_forward(out, gu, N, F);
+void ProfilingBackend::do_swiglu_forward(Tensor out, Tensor gu, int N, int F) {
+  if (!open_) return inner_.do_swiglu_forward(out, gu, N, F);
   const double nf = static_cast<double>(N) * F;
-  timed("swiglu_forward", false, nf * (2 * es(gu) + es(out)), [&] { inner_.swiglu_forward(out, gu, N, F); });
+  timed("swiglu_forward", false, nf * (2 * es(gu) + es(out)), [&] { inner_.do_swiglu_forward(out, gu, N, F); });
 }
 
-void ProfilingBackend::swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) {
-  if (!open_) return inner_.swiglu_backward(dgu, dout, gu, N, F);
+void ProfilingBackend::do_swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) {
+  if (!open_) return inner_.do_swiglu_backward(dgu, dout, gu, N, F);
   const double nf = static_cast<double>(N) * F;
   timed("swiglu_backward", false, nf * (es(dout) + 2 * es(gu) + 2 * es(dgu)),
-        [&] { inner_.swiglu_backward(dgu, dout, gu, N, F); });
+        [&] { inner_.do_swiglu_backward(dgu, dout, gu, N, F); });
 }
 
-void ProfilingBackend::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
-                                     float dloss_scale, bool grad) {
-  if (!open_) return inner_.cross_entropy(losses, logits, targets, N, V, ignore_index, dloss_scale, grad);
+void ProfilingBackend::do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V,
+                                        int ignore_index, float dloss_scale, bool grad) {
+  if (!open_) return inner_.do_cross_entropy(losses, logits, targets, N, V, ignore_index, dloss_scale, grad);
   const double nv = static_cast<double>(N) * V;
   // The logits are read, and overwritten with their gradient when `grad`.
   timed(grad ? "cross_entropy" : "cross_entropy (no grad)", false,
         nv * es(logits) * (grad ? 2 : 1) + N * (es(targets) + es(losses)),
-        [&] { inner_.cross_entropy(losses, logits, targets, N, V, ignore_index, dloss_scale, grad); });
+        [&] { inner_.do_cross_entropy(losses, logits, targets, N, V, ignore_index, dloss_scale, grad); });
 }
 
-void ProfilingBackend::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) {
-  if (!open_) return inner_.adamw(param, grad, m, v, n, p);
+void ProfilingBackend::do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) {
+  if (!open_) return inner_.do_adamw(param, grad, m, v, n, p);
   // param, m, v read and written; grad read.
   timed("adamw", false, n * (2 * (es(param) + es(m) + es(v)) + es(grad)),
-        [&] { inner_.adamw(param, grad, m, v, n, p); });
+        [&] { inner_.do_adamw(param, grad, m, v, n, p); });
 }
 
-void ProfilingBackend::upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore,
-                                  const char* what) {
-  if (!open_) return inner_.upload_ids(dst, host, V, has_ignore, ignore, what);
-  timed("upload", false, dst.bytes(), [&] { inner_.upload_ids(dst, host, V, has_ignore, ignore, what); });
+void ProfilingBackend::do_upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore) {
+  if (!open_) return inner_.do_upload_ids(dst, host, V, has_ignore, ignore);
+  timed("upload", false, dst.bytes(), [&] { inner_.do_upload_ids(dst, host, V, has_ignore, ignore); });
 }
 
-double ProfilingBackend::sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) {
-  if (!open_) return inner_.sum_squares_total(parts);
+double ProfilingBackend::do_sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) {
+  if (!open_) return inner_.do_sum_squares_total(parts);
   size_t bytes = 0;
   for (const auto& [x, n] : parts) bytes += n * es(x);
   double r = 0;
-  timed("sum_squares", false, bytes, [&] { r = inner_.sum_squares_total(parts); });
+  timed("sum_squares", false, bytes, [&] { r = inner_.do_sum_squares_total(parts); });
   return r;
 }
 
-void ProfilingBackend::fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) {
-  if (!open_) return inner_.fill_normal(t, key, first, stddev);
-  timed("fill_normal", false, t.bytes(), [&] { inner_.fill_normal(t, key, first, stddev); });
+void ProfilingBackend::do_fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) {
+  if (!open_) return inner_.do_fill_normal(t, key, first, stddev);
+  timed("fill_normal", false, t.bytes(), [&] { inner_.do_fill_normal(t, key, first, stddev); });
 }
 
-void ProfilingBackend::adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
-                                  const AdamWParams& p) {
-  if (!open_) return inner_.adamw_copy(param, grad, m, v, copy, n, p);
+void ProfilingBackend::do_adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
+                                     const AdamWParams& p) {
+  if (!open_) return inner_.do_adamw_copy(param, grad, m, v, copy, n, p);
   timed("adamw_copy", false, n * (2 * (es(param) + es(m) + es(v)) + es(grad) + es(copy)),
-        [&] { inner_.adamw_copy(param, grad, m, v, copy, n, p); });
+        [&] { inner_.do_adamw_copy(param, grad, m, v, copy, n, p); });
 }
 
 }  // namespace st

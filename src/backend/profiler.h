@@ -1,5 +1,7 @@
 // A built-in op profiler: ProfilingBackend wraps the real backend, forwards every
 // call to it, and while its window is open times each op and counts what it did.
+// Calls are checked once, by its own fronts under the inner backend's rules, and
+// reach the inner backend's do_<op> (backend.h).
 //
 //   auto prof = std::make_unique<ProfilingBackend>(*real);   // before the model and Fsdp
 //   ... build everything on *prof, train N warm-up steps ...
@@ -122,12 +124,6 @@ class ProfilingBackend : public Backend {
   Tensor alloc(DType dtype, size_t numel) override { return inner_.alloc(dtype, numel); }
   void free(Tensor& t) override { inner_.free(t); }
   void zero(Tensor t) override;
-  void fill(Tensor t, double value) override;
-  void fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) override;
-  void copy(Tensor dst, Tensor src) override;
-  void upload(Tensor dst, const void* host) override;
-  void upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore, const char* what) override;
-  void download(void* host, Tensor src) override;
   void* alloc_host(size_t bytes) override { return inner_.alloc_host(bytes); }
   void free_host(void* p) override { inner_.free_host(p); }
   void synchronize() override { inner_.synchronize(); }
@@ -139,41 +135,56 @@ class ProfilingBackend : public Backend {
   std::string memory_available_source() const override { return inner_.memory_available_source(); }
   void reset_peak_allocated() override { inner_.reset_peak_allocated(); }
 
-  void add(Tensor out, Tensor a, Tensor b, size_t n) override;
-  void accumulate(Tensor acc, Tensor x, size_t n) override;
-  double sum_squares(Tensor x, size_t n) override;
-  double sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) override;
-
-  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) override;
-  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) override;
-
-  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C, float eps) override;
-  void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd, int N,
-                        int C) override;
-  void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, int N, int C,
-                           float eps) override;
-
-  void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) override;
-  void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight, int N,
-                       int IC, int OC) override;
-
-  void rope_forward(Tensor qkv, int B, int T, int H, int KV, int hd, float theta) override;
-  void rope_backward(Tensor dqkv, int B, int T, int H, int KV, int hd, float theta) override;
-
-  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) override;
   void prepare_attention(int B, int T, int H, int KV, int hd) override { inner_.prepare_attention(B, T, H, KV, hd); }
-  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV,
-                          int hd) override;
 
-  void swiglu_forward(Tensor out, Tensor gu, int N, int F) override;
-  void swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) override;
+ protected:
+  // The fronts (backend.h) check each call once, by the inner backend's rules; the
+  // checked call goes to the inner backend's do_<op>, timed while the window is open.
+  OpRules op_rules() const override { return inner_.op_rules(); }
+  void check_ids(const char* op, const char* what, Tensor ids, int N, int V, bool has_ignore, int ignore) override {
+    inner_.check_ids(op, what, ids, N, V, has_ignore, ignore);
+  }
 
-  void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index, float dloss_scale,
-                     bool grad) override;
+  void do_fill(Tensor t, double value) override;
+  void do_fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) override;
+  void do_copy(Tensor dst, Tensor src) override;
+  void do_upload(Tensor dst, const void* host) override;
+  void do_upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore) override;
+  void do_download(void* host, Tensor src) override;
 
-  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) override;
-  void adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
-                  const AdamWParams& p) override;
+  void do_add(Tensor out, Tensor a, Tensor b, size_t n) override;
+  void do_accumulate(Tensor acc, Tensor x, size_t n) override;
+  double do_sum_squares(Tensor x, size_t n) override;
+  double do_sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) override;
+
+  void do_embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) override;
+  void do_embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) override;
+
+  void do_rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C, float eps) override;
+  void do_rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd, int N,
+                           int C) override;
+  void do_add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, int N, int C,
+                              float eps) override;
+
+  void do_matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) override;
+  void do_matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight, int N,
+                          int IC, int OC) override;
+
+  void do_rope(Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) override;
+
+  void do_attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) override;
+  void do_attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T, int H,
+                             int KV, int hd) override;
+
+  void do_swiglu_forward(Tensor out, Tensor gu, int N, int F) override;
+  void do_swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) override;
+
+  void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
+                        float dloss_scale, bool grad) override;
+
+  void do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) override;
+  void do_adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
+                     const AdamWParams& p) override;
 
  private:
   struct Stat {

@@ -1,12 +1,12 @@
-// The CUDA backend: argument checks, dtype dispatch, memory ops, and the state the
-// kernels share (one stream, the cuBLASLt wrapper, small pinned read-back buffers).
+// The CUDA backend: dtype dispatch, memory ops, and the state the kernels share (one
+// stream, the cuBLASLt wrapper, small pinned read-back buffers), behind the checked
+// fronts of backend.cpp (its OpRules below; the id check on the device).
 // The kernels live in the .cu files of this directory (cuda_kernels.h).
 //
 // Dtypes: activations and weights are BF16 (or all F32 for tests); parameter
 // gradients, statistics (rstd, lse, losses) and AdamW state are F32; ids are I32.
 // Everything is enqueued on one stream; upload, download, sum_squares and the id
 // checks synchronise it, since they hand results to the host.
-#include "backend/op_checks.h"
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -47,14 +47,7 @@ namespace {
 
 using cuda::bf16;
 
-// ---- argument checks ------------------------------------------------------------------
-
-// The activation dtype of an op, taken from one of its activation arguments.
-DType act_dtype(const char* op, const char* name, Tensor t) {
-  ST_CHECK(t.dtype == DType::BF16 || t.dtype == DType::F32, op, ": ", name, " is ", dtype_name(t.dtype),
-           "; the CUDA backend computes on bf16 (or f32) activations");
-  return t.dtype;
-}
+// ---- dtype dispatch -------------------------------------------------------------------
 
 // Calls fn(T{}) with T = bf16 or float for a BF16 / F32 dtype.
 template <class Fn>
@@ -168,51 +161,6 @@ class CudaBackend final : public Backend {
     use_device();
     ST_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
   }
-  void fill(Tensor t, double value) override {
-    forget_checked_ids(t);
-    ST_CHECK(!t.empty() || t.numel == 0, "fill: empty tensor of ", t.numel, " elements");
-    use_device();
-    cuda::fill(t.data, t.dtype, t.numel, value, stream_);
-  }
-  void fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) override {
-    ST_CHECK(t.dtype == DType::F32 || t.dtype == DType::F64, "fill_normal: ", dtype_name(t.dtype),
-             " tensors are not supported (F32, F64)");
-    ST_CHECK(!t.empty() || t.numel == 0, "fill_normal: empty tensor of ", t.numel, " elements");
-    use_device();
-    cuda::fill_normal(t.data, t.dtype, t.numel, key, first, stddev, stream_);
-  }
-  void copy(Tensor dst, Tensor src) override {
-    forget_checked_ids(dst);
-    ST_CHECK(dst.numel == src.numel, "copy: dst has ", dst.numel, " elements, src ", src.numel);
-    if (dst.numel == 0) return;
-    ST_CHECK(!dst.empty() && !src.empty(), "copy: empty tensor");
-    use_device();
-    if (dst.dtype == src.dtype)
-      ST_CUDA(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_));
-    else
-      cuda::convert(dst.data, dst.dtype, src.data, src.dtype, src.numel, stream_);
-  }
-  void upload(Tensor dst, const void* host) override {
-    forget_checked_ids(dst);
-    ST_CHECK(!dst.empty() || dst.numel == 0, "upload: empty tensor of ", dst.numel, " elements");
-    if (dst.numel == 0) return;
-    use_device();
-    ST_CUDA(cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, stream_));
-    ST_CUDA(cudaStreamSynchronize(stream_));  // the caller may reuse `host` at once
-  }
-  void upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore, const char* what) override {
-    ST_CHECK(dst.dtype == DType::I32, "upload_ids: ", what, " tensor is ", dtype_name(dst.dtype), ", expected i32");
-    check_ids_on_host(host, dst.numel, V, has_ignore, ignore, what);
-    upload(dst, host);  // forgets older checks of this memory
-    checked_ids_.push_back({static_cast<const char*>(dst.data), dst.bytes(), V, has_ignore, ignore});
-  }
-  void download(void* host, Tensor src) override {
-    ST_CHECK(!src.empty() || src.numel == 0, "download: empty tensor of ", src.numel, " elements");
-    if (src.numel == 0) return;
-    use_device();
-    ST_CUDA(cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
-    ST_CUDA(cudaStreamSynchronize(stream_));
-  }
   void* alloc_host(size_t bytes) override {
     use_device();
     void* p = nullptr;
@@ -230,33 +178,70 @@ class CudaBackend final : public Backend {
     ST_CUDA(cudaStreamSynchronize(stream_));
   }
   void* native_stream() override { return stream_; }
+  void prepare_attention(int B, int T, int H, int KV, int hd) override {
+    if (!use_cudnn()) return;
+    use_device();
+    cudnn()->prepare(B, T, H, KV, hd);
+  }
+
+ protected:
+  OpRules op_rules() const override {
+    return {{DType::BF16, DType::F32}, "the CUDA backend computes on bf16 (or f32) activations", true,
+            cuda::kMaxHeadDim, "the CUDA kernels'"};
+  }
+
+  // ---- memory, checked -------------------------------------------------------------------
+
+  void do_fill(Tensor t, double value) override {
+    forget_checked_ids(t);
+    use_device();
+    cuda::fill(t.data, t.dtype, t.numel, value, stream_);
+  }
+  void do_fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) override {
+    use_device();
+    cuda::fill_normal(t.data, t.dtype, t.numel, key, first, stddev, stream_);
+  }
+  void do_copy(Tensor dst, Tensor src) override {
+    forget_checked_ids(dst);
+    use_device();
+    if (dst.dtype == src.dtype)
+      ST_CUDA(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_));
+    else
+      cuda::convert(dst.data, dst.dtype, src.data, src.dtype, src.numel, stream_);
+  }
+  void do_upload(Tensor dst, const void* host) override {
+    forget_checked_ids(dst);
+    use_device();
+    ST_CUDA(cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, stream_));
+    ST_CUDA(cudaStreamSynchronize(stream_));  // the caller may reuse `host` at once
+  }
+  void do_upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore) override {
+    do_upload(dst, host);  // forgets older checks of this memory
+    checked_ids_.push_back({static_cast<const char*>(dst.data), dst.bytes(), V, has_ignore, ignore});
+  }
+  void do_download(void* host, Tensor src) override {
+    use_device();
+    ST_CUDA(cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
+    ST_CUDA(cudaStreamSynchronize(stream_));
+  }
 
   // ---- element-wise -------------------------------------------------------------------
 
-  void add(Tensor out, Tensor a, Tensor b, size_t n) override {
-    DType dt = act_dtype("add", "out", out);
-    check_buf("add", "out", out, dt, n);
-    check_buf("add", "a", a, dt, n);
-    check_buf("add", "b", b, dt, n);
+  void do_add(Tensor out, Tensor a, Tensor b, size_t n) override {
     use_device();
-    dispatch(dt, [&](auto tag) {
+    dispatch(out.dtype, [&](auto tag) {
       using T = decltype(tag);
       cuda::add(out.as<T>(), a.as<T>(), b.as<T>(), n, stream_);
     });
   }
-  void accumulate(Tensor acc, Tensor x, size_t n) override {
-    DType dt = act_dtype("accumulate", "acc", acc);
-    check_buf("accumulate", "acc", acc, dt, n);
-    check_buf("accumulate", "x", x, dt, n);
+  void do_accumulate(Tensor acc, Tensor x, size_t n) override {
     use_device();
-    dispatch(dt, [&](auto tag) {
+    dispatch(acc.dtype, [&](auto tag) {
       using T = decltype(tag);
       cuda::accumulate(acc.as<T>(), x.as<T>(), n, stream_);
     });
   }
-  double sum_squares(Tensor x, size_t n) override {
-    ST_CHECK(x.numel >= n, "sum_squares: x holds ", x.numel, " elements, needs ", n);
-    if (n == 0) return 0.0;
+  double do_sum_squares(Tensor x, size_t n) override {
     DType dt = act_dtype("sum_squares", "x", x);
     use_device();
     double* result = static_cast<double*>(small_dev_);
@@ -269,7 +254,7 @@ class CudaBackend final : public Backend {
     return *static_cast<double*>(small_host_);
   }
 
-  double sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) override {
+  double do_sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) override {
     if (parts.empty()) return 0.0;
     use_device();
     const size_t k = parts.size();
@@ -283,7 +268,6 @@ class CudaBackend final : public Backend {
     }
     for (size_t i = 0; i < k; ++i) {
       const auto& [x, n] = parts[i];
-      ST_CHECK(x.numel >= n, "sum_squares: x holds ", x.numel, " elements, needs ", n);
       if (n == 0) {
         ST_CUDA(cudaMemsetAsync(sums_dev_ + i, 0, sizeof(double), stream_));
         continue;
@@ -302,30 +286,16 @@ class CudaBackend final : public Backend {
 
   // ---- embedding ------------------------------------------------------------------------
 
-  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) override {
-    const char* op = "embedding_forward";
-    check_dim(op, "N", N), check_dim(op, "C", C), check_dim(op, "V", V);
-    DType dt = act_dtype(op, "wte", wte);
-    check_buf(op, "out", out, dt, size_t(N) * C);
-    check_buf(op, "tokens", tokens, DType::I32, N);
-    check_buf(op, "wte", wte, dt, size_t(V) * C);
+  void do_embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) override {
     use_device();
-    check_ids(op, "token id", tokens, N, V, false, 0);
-    dispatch(dt, [&](auto tag) {
+    dispatch(wte.dtype, [&](auto tag) {
       using T = decltype(tag);
       cuda::embedding_forward(out.as<T>(), tokens.as<int32_t>(), wte.as<T>(), N, C, stream_);
     });
   }
-  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) override {
-    const char* op = "embedding_backward";
-    check_dim(op, "N", N), check_dim(op, "C", C), check_dim(op, "V", V);
-    DType dt = act_dtype(op, "dout", dout);
-    check_buf(op, "dwte", dwte, DType::F32, size_t(V) * C);
-    check_buf(op, "dout", dout, dt, size_t(N) * C);
-    check_buf(op, "tokens", tokens, DType::I32, N);
+  void do_embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) override {
     use_device();
-    check_ids(op, "token id", tokens, N, V, false, 0);
-    dispatch(dt, [&](auto tag) {
+    dispatch(dout.dtype, [&](auto tag) {
       using T = decltype(tag);
       cuda::embedding_backward(dwte.as<float>(), dout.as<T>(), tokens.as<int32_t>(), N, C, V, stream_);
     });
@@ -333,52 +303,26 @@ class CudaBackend final : public Backend {
 
   // ---- RMSNorm ----------------------------------------------------------------------------
 
-  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C, float eps) override {
-    const char* op = "rmsnorm_forward";
-    check_dim(op, "N", N), check_dim(op, "C", C);
-    DType dt = act_dtype(op, "inp", inp);
-    check_buf(op, "out", out, dt, size_t(N) * C);
-    check_buf(op, "rstd", rstd, DType::F32, N);
-    check_buf(op, "inp", inp, dt, size_t(N) * C);
-    check_buf(op, "weight", weight, dt, C);
+  void do_rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C, float eps) override {
     use_device();
-    dispatch(dt, [&](auto tag) {
+    dispatch(inp.dtype, [&](auto tag) {
       using T = decltype(tag);
       cuda::rmsnorm_forward(out.as<T>(), rstd.as<float>(), inp.as<T>(), weight.as<T>(), N, C, eps, stream_);
     });
   }
-  void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd, int N,
-                        int C) override {
-    const char* op = "rmsnorm_backward";
-    check_dim(op, "N", N), check_dim(op, "C", C);
-    DType dt = act_dtype(op, "inp", inp);
-    check_buf(op, "dinp", dinp, dt, size_t(N) * C);
-    check_buf(op, "dweight", dweight, DType::F32, C);
-    check_buf(op, "dout", dout, dt, size_t(N) * C);
-    check_buf(op, "inp", inp, dt, size_t(N) * C);
-    check_buf(op, "weight", weight, dt, C);
-    check_buf(op, "rstd", rstd, DType::F32, N);
+  void do_rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd, int N,
+                           int C) override {
     use_device();
-    dispatch(dt, [&](auto tag) {
+    dispatch(inp.dtype, [&](auto tag) {
       using T = decltype(tag);
       cuda::rmsnorm_backward(dinp.as<T>(), dweight.as<float>(), dout.as<T>(), inp.as<T>(), weight.as<T>(),
                              rstd.as<float>(), N, C, norm_scratch_, stream_);
     });
   }
-  void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, int N, int C,
-                           float eps) override {
-    const char* op = "add_rmsnorm_forward";
-    check_dim(op, "N", N), check_dim(op, "C", C);
-    DType dt = act_dtype(op, "a", a);
-    const size_t n = size_t(N) * C;
-    check_buf(op, "sum", sum, dt, n);
-    check_buf(op, "out", out, dt, n);
-    check_buf(op, "rstd", rstd, DType::F32, N);
-    check_buf(op, "a", a, dt, n);
-    check_buf(op, "b", b, dt, n);
-    check_buf(op, "weight", weight, dt, C);
+  void do_add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, int N, int C,
+                              float eps) override {
     use_device();
-    dispatch(dt, [&](auto tag) {
+    dispatch(a.dtype, [&](auto tag) {
       using T = decltype(tag);
       cuda::add_rmsnorm_forward(sum.as<T>(), out.as<T>(), rstd.as<float>(), a.as<T>(), b.as<T>(), weight.as<T>(), N,
                                 C, eps, stream_);
@@ -387,33 +331,17 @@ class CudaBackend final : public Backend {
 
   // ---- linear -------------------------------------------------------------------------------
 
-  void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) override {
-    const char* op = "matmul_forward";
-    check_dim(op, "N", N), check_dim(op, "IC", IC), check_dim(op, "OC", OC);
-    DType dt = act_dtype(op, "inp", inp);
-    check_buf(op, "out", out, dt, size_t(N) * OC);
-    check_buf(op, "inp", inp, dt, size_t(N) * IC);
-    check_buf(op, "weight", weight, dt, size_t(OC) * IC);
-    if (!bias.empty()) check_buf(op, "bias", bias, dt, OC);
+  void do_matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) override {
     use_device();
     matmul_->forward(out, inp, weight, bias, N, IC, OC);
   }
-  void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight, int N,
-                       int IC, int OC) override {
-    const char* op = "matmul_backward";
-    check_dim(op, "N", N), check_dim(op, "IC", IC), check_dim(op, "OC", OC);
-    DType dt = act_dtype(op, "inp", inp);
-    if (!dinp.empty()) check_buf(op, "dinp", dinp, dt, size_t(N) * IC);
-    // An empty dweight (a frozen weight) is skipped too, as on the CPU.
-    if (!dweight.empty()) check_buf(op, "dweight", dweight, DType::F32, size_t(OC) * IC);
-    if (!dbias.empty()) check_buf(op, "dbias", dbias, DType::F32, OC);
-    check_buf(op, "dout", dout, dt, size_t(N) * OC);
-    check_buf(op, "inp", inp, dt, size_t(N) * IC);
-    check_buf(op, "weight", weight, dt, size_t(OC) * IC);
+  void do_matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight, int N,
+                          int IC, int OC) override {
     use_device();
+    // An empty dweight (a frozen weight) is skipped too, as on the CPU.
     if (!dinp.empty()) matmul_->backward_input(dinp, dout, weight, N, IC, OC);
     if (!dweight.empty()) matmul_->backward_weight(dweight, dout, inp, N, IC, OC);
-    if (!dbias.empty()) dispatch(dt, [&](auto tag) {
+    if (!dbias.empty()) dispatch(inp.dtype, [&](auto tag) {
         using T = decltype(tag);
         cuda::column_sums_add(dbias.as<float>(), dout.as<T>(), N, OC, stream_);
       });
@@ -421,21 +349,16 @@ class CudaBackend final : public Backend {
 
   // ---- RoPE and attention -----------------------------------------------------------------
 
-  void rope_forward(Tensor qkv, int B, int T, int H, int KV, int hd, float theta) override {
-    rope("rope_forward", qkv, B, T, H, KV, hd, theta, +1);
-  }
-  void rope_backward(Tensor dqkv, int B, int T, int H, int KV, int hd, float theta) override {
-    rope("rope_backward", dqkv, B, T, H, KV, hd, theta, -1);
+  void do_rope(Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) override {
+    use_device();
+    dispatch(qkv.dtype, [&](auto tag) {
+      using T_ = decltype(tag);
+      cuda::rope(qkv.as<T_>(), B, T, H, KV, hd, theta, sign, stream_);
+    });
   }
 
-  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) override {
-    const char* op = "attention_forward";
-    check_attention(op, B, T, H, KV, hd);
-    DType dt = act_dtype(op, "qkv", qkv);
-    const size_t rows = size_t(B) * T;
-    check_buf(op, "out", out, dt, rows * H * hd);
-    check_buf(op, "lse", lse, DType::F32, rows * H);
-    check_buf(op, "qkv", qkv, dt, rows * (H + 2 * KV) * hd);
+  void do_attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) override {
+    const DType dt = qkv.dtype;
     use_device();
     if (dt == DType::BF16 && use_cudnn() &&
         cudnn_ok(cudnn()->forward(out.as<bf16>(), lse.as<float>(), qkv.as<bf16>(), B, T, H, KV, hd)))
@@ -449,22 +372,9 @@ class CudaBackend final : public Backend {
       cuda::attention_forward(out.as<T_>(), lse.as<float>(), qkv.as<T_>(), B, T, H, KV, hd, stream_);
     });
   }
-  void prepare_attention(int B, int T, int H, int KV, int hd) override {
-    if (!use_cudnn()) return;
-    use_device();
-    cudnn()->prepare(B, T, H, KV, hd);
-  }
-  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV,
-                          int hd) override {
-    const char* op = "attention_backward";
-    check_attention(op, B, T, H, KV, hd);
-    DType dt = act_dtype(op, "qkv", qkv);
-    const size_t rows = size_t(B) * T;
-    check_buf(op, "dqkv", dqkv, dt, rows * (H + 2 * KV) * hd);
-    check_buf(op, "dout", dout, dt, rows * H * hd);
-    check_buf(op, "out", out, dt, rows * H * hd);
-    check_buf(op, "lse", lse, DType::F32, rows * H);
-    check_buf(op, "qkv", qkv, dt, rows * (H + 2 * KV) * hd);
+  void do_attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T, int H,
+                             int KV, int hd) override {
+    const DType dt = qkv.dtype;
     use_device();
     if (dt == DType::BF16 && use_cudnn() &&
         cudnn_ok(cudnn()->backward(dqkv.as<bf16>(), dout.as<bf16>(), out.as<bf16>(), lse.as<float>(),
@@ -484,27 +394,16 @@ class CudaBackend final : public Backend {
 
   // ---- SwiGLU -------------------------------------------------------------------------------
 
-  void swiglu_forward(Tensor out, Tensor gu, int N, int F) override {
-    const char* op = "swiglu_forward";
-    check_dim(op, "N", N), check_dim(op, "F", F);
-    DType dt = act_dtype(op, "gu", gu);
-    check_buf(op, "out", out, dt, size_t(N) * F);
-    check_buf(op, "gu", gu, dt, size_t(N) * 2 * F);
+  void do_swiglu_forward(Tensor out, Tensor gu, int N, int F) override {
     use_device();
-    dispatch(dt, [&](auto tag) {
+    dispatch(gu.dtype, [&](auto tag) {
       using T = decltype(tag);
       cuda::swiglu_forward(out.as<T>(), gu.as<T>(), N, F, stream_);
     });
   }
-  void swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) override {
-    const char* op = "swiglu_backward";
-    check_dim(op, "N", N), check_dim(op, "F", F);
-    DType dt = act_dtype(op, "gu", gu);
-    check_buf(op, "dgu", dgu, dt, size_t(N) * 2 * F);
-    check_buf(op, "dout", dout, dt, size_t(N) * F);
-    check_buf(op, "gu", gu, dt, size_t(N) * 2 * F);
+  void do_swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) override {
     use_device();
-    dispatch(dt, [&](auto tag) {
+    dispatch(gu.dtype, [&](auto tag) {
       using T = decltype(tag);
       cuda::swiglu_backward(dgu.as<T>(), dout.as<T>(), gu.as<T>(), N, F, stream_);
     });
@@ -512,17 +411,10 @@ class CudaBackend final : public Backend {
 
   // ---- cross-entropy ------------------------------------------------------------------------
 
-  void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
-                     float dloss_scale, bool grad) override {
-    const char* op = "cross_entropy";
-    check_dim(op, "N", N), check_dim(op, "V", V);
-    DType dt = act_dtype(op, "logits", logits);
-    check_buf(op, "losses", losses, DType::F32, N);
-    check_buf(op, "logits", logits, dt, size_t(N) * V);
-    check_buf(op, "targets", targets, DType::I32, N);
+  void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
+                        float dloss_scale, bool grad) override {
     use_device();
-    check_ids(op, "target", targets, N, V, true, ignore_index);
-    dispatch(dt, [&](auto tag) {
+    dispatch(logits.dtype, [&](auto tag) {
       using T = decltype(tag);
       cuda::cross_entropy(losses.as<float>(), logits.as<T>(), targets.as<int32_t>(), N, V, ignore_index,
                           dloss_scale, grad, stream_);
@@ -531,30 +423,16 @@ class CudaBackend final : public Backend {
 
   // ---- AdamW --------------------------------------------------------------------------------
 
-  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) override {
-    const char* op = "adamw";
-    if (n == 0) return;
-    check_buf(op, "param", param, DType::F32, n);
-    check_buf(op, "grad", grad, DType::F32, n);
-    check_buf(op, "m", m, DType::F32, n);
-    check_buf(op, "v", v, DType::F32, n);
-    ST_CHECK(p.step >= 1, op, ": step is 1-based, got ", p.step);
+  void do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) override {
     use_device();
     cuda::adamw(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), n, p, stream_);
   }
 
-  void adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
-                  const AdamWParams& p) override {
-    const char* op = "adamw_copy";
-    if (n == 0) return;
-    check_buf(op, "param", param, DType::F32, n);
-    check_buf(op, "grad", grad, DType::F32, n);
-    check_buf(op, "m", m, DType::F32, n);
-    check_buf(op, "v", v, DType::F32, n);
-    ST_CHECK(copy.dtype == DType::BF16 || copy.dtype == DType::F32, op, ": copy is ", dtype_name(copy.dtype),
+  void do_adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
+                     const AdamWParams& p) override {
+    // The fused kernel writes bf16 or f32 (the front checked the rest).
+    ST_CHECK(copy.dtype == DType::BF16 || copy.dtype == DType::F32, "adamw_copy: copy is ", dtype_name(copy.dtype),
              "; bf16 or f32 expected");
-    check_buf(op, "copy", copy, copy.dtype, n);
-    ST_CHECK(p.step >= 1, op, ": step is 1-based, got ", p.step);
     use_device();
     if (copy.dtype == DType::BF16)
       cuda::adamw_copy(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), copy.as<bf16>(), n, p,
@@ -572,11 +450,6 @@ class CudaBackend final : public Backend {
     if (cur != device_) ST_CUDA(cudaSetDevice(device_));
   }
 
-  static void check_heads(const char* op, int B, int T, int H, int KV, int hd) {
-    check_dim(op, "B", B), check_dim(op, "T", T), check_dim(op, "H", H), check_dim(op, "KV", KV),
-        check_dim(op, "hd", hd);
-    ST_CHECK(H % KV == 0, op, ": H=", H, " is not a multiple of KV=", KV);
-  }
   // BF16 attention takes cuDNN's fused attention first (attention_cudnn.cpp; the
   // deterministic backward), where cuDNN has an engine for the shape; then the
   // FlashAttention-2 kernels (attention_fa2*.cu) at hd 64 and 128 with 16-byte aligned
@@ -623,11 +496,6 @@ class CudaBackend final : public Backend {
     if (std::strcmp(e, "fa2-bwd") == 0) return backward;
     return true;
   }
-  static void check_attention(const char* op, int B, int T, int H, int KV, int hd) {
-    check_heads(op, B, T, H, KV, hd);
-    ST_CHECK(hd <= cuda::kMaxHeadDim, op, ": head_dim ", hd, " is above the CUDA kernels' limit of ",
-             cuda::kMaxHeadDim);
-  }
 
   // Ids outside [0, V) (other than `ignore`) are an error, reported with the first
   // offending row as the CPU backend does. Costs one synchronisation per call.
@@ -655,8 +523,9 @@ class CudaBackend final : public Backend {
     return false;
   }
 
-  void check_ids(const char* op, const char* what, Tensor ids, int N, int V, bool has_ignore, int ignore) {
+  void check_ids(const char* op, const char* what, Tensor ids, int N, int V, bool has_ignore, int ignore) override {
     if (ids_checked(ids, N, V, has_ignore, ignore)) return;  // checked on the host at upload
+    use_device();
     int* first_bad = static_cast<int*>(small_dev_);
     ST_CUDA(cudaMemsetAsync(first_bad, 0x7f, sizeof(int), stream_));  // 0x7f7f7f7f: above any row
     cuda::find_bad_id(first_bad, ids.as<int32_t>(), N, V, has_ignore, ignore, stream_);
@@ -668,19 +537,6 @@ class CudaBackend final : public Backend {
     ST_CUDA(cudaMemcpyAsync(host + 1, ids.as<int32_t>() + row, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     ST_CUDA(cudaStreamSynchronize(stream_));
     fail(op, ": ", what, " ", host[1], " at row ", row, " is outside [0, V=", V, ")");
-  }
-
-  void rope(const char* op, Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) {
-    check_heads(op, B, T, H, KV, hd);
-    ST_CHECK(hd % 2 == 0, op, ": head_dim ", hd, " must be even");
-    ST_CHECK(theta > 0, op, ": theta must be positive, got ", theta);
-    DType dt = act_dtype(op, "qkv", qkv);
-    check_buf(op, "qkv", qkv, dt, size_t(B) * T * (H + 2 * KV) * hd);
-    use_device();
-    dispatch(dt, [&](auto tag) {
-      using T_ = decltype(tag);
-      cuda::rope(qkv.as<T_>(), B, T, H, KV, hd, theta, sign, stream_);
-    });
   }
 
   int device_;

@@ -1,0 +1,351 @@
+// The checked fronts of the op interface (backend.h): every argument contract is
+// written here once, in the order the messages promise, before the backend's do_<op>
+// runs. What differs between backends (the dtypes they compute in, attention's head
+// dim limit, where ids are read) comes from op_rules() and check_ids().
+#include "backend/backend.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/op_checks.h"
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace st {
+
+// ---- helpers ----------------------------------------------------------------------
+
+void check_ids_on_host(const int32_t* ids, size_t n, int V, bool has_ignore, int ignore, const char* what,
+                       const char* op) {
+  for (size_t r = 0; r < n; ++r) {
+    const int32_t id = ids[r];
+    if (has_ignore && id == ignore) continue;
+    ST_CHECK(id >= 0 && id < V, op ? op : "", op ? ": " : "", what, " ", id, " at row ", r, " is outside [0, V=", V,
+             ")");
+  }
+}
+
+DType Backend::act_dtype(const char* op, const char* name, Tensor t) const {
+  const OpRules r = op_rules();
+  ST_CHECK(t.dtype == r.act[0] || t.dtype == r.act[1], op, ": ", name, " is ", dtype_name(t.dtype), "; ",
+           r.act_text);
+  return t.dtype;
+}
+
+namespace {
+
+void check_heads(const char* op, int B, int T, int H, int KV, int hd) {
+  check_dim(op, "B", B), check_dim(op, "T", T), check_dim(op, "H", H), check_dim(op, "KV", KV),
+      check_dim(op, "hd", hd);
+  ST_CHECK(H % KV == 0, op, ": H=", H, " is not a multiple of KV=", KV);
+}
+
+// A tensor that has elements has memory for them.
+void check_not_empty(const char* op, Tensor t) {
+  ST_CHECK(!t.empty() || t.numel == 0, op, ": empty tensor of ", t.numel, " elements");
+}
+
+}  // namespace
+
+void Backend::check_rope(const char* op, Tensor qkv, int B, int T, int H, int KV, int hd, float theta) const {
+  check_heads(op, B, T, H, KV, hd);
+  ST_CHECK(hd % 2 == 0, op, ": head_dim ", hd, " must be even");
+  ST_CHECK(theta > 0, op, ": theta must be positive, got ", theta);
+  DType dt = act_dtype(op, "qkv", qkv);
+  check_buf(op, "qkv", qkv, dt, size_t(B) * T * (H + 2 * KV) * hd);
+}
+
+void Backend::check_attention(const char* op, int B, int T, int H, int KV, int hd) const {
+  check_heads(op, B, T, H, KV, hd);
+  const OpRules r = op_rules();
+  if (r.max_head_dim > 0)
+    ST_CHECK(hd <= r.max_head_dim, op, ": head_dim ", hd, " is above ", r.max_head_dim_text, " limit of ",
+             r.max_head_dim);
+}
+
+// ---- memory -------------------------------------------------------------------------
+
+void Backend::fill(Tensor t, double value) {
+  check_not_empty("fill", t);
+  do_fill(t, value);
+}
+
+void Backend::fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) {
+  ST_CHECK(t.dtype == DType::F32 || t.dtype == DType::F64, "fill_normal: ", dtype_name(t.dtype),
+           " tensors are not supported (F32, F64)");
+  check_not_empty("fill_normal", t);
+  do_fill_normal(t, key, first, stddev);
+}
+
+// The default seeded fill: computed on the host in pieces, each uploaded into place.
+void Backend::do_fill_normal(Tensor t, uint64_t key, uint64_t first, double stddev) {
+  constexpr size_t kPiece = size_t{1} << 20;
+  std::vector<double> d;
+  std::vector<float> f;
+  for (size_t at = 0; at < t.numel; at += kPiece) {
+    const size_t n = std::min(kPiece, t.numel - at);
+    d.resize(n);
+    for (size_t i = 0; i < n; ++i) d[i] = stddev * counter_normal(key, first + at + i);
+    if (t.dtype == DType::F64) {
+      do_upload(t.slice(at, n), d.data());
+    } else {
+      f.assign(d.begin(), d.end());
+      do_upload(t.slice(at, n), f.data());
+    }
+  }
+}
+
+void Backend::copy(Tensor dst, Tensor src) {
+  ST_CHECK(dst.numel == src.numel, "copy: dst has ", dst.numel, " elements, src ", src.numel);
+  if (dst.numel == 0) return;
+  ST_CHECK(!dst.empty() && !src.empty(), "copy: empty tensor");
+  do_copy(dst, src);
+}
+
+void Backend::upload(Tensor dst, const void* host) {
+  check_not_empty("upload", dst);
+  if (dst.numel) do_upload(dst, host);
+}
+
+void Backend::download(void* host, Tensor src) {
+  check_not_empty("download", src);
+  if (src.numel) do_download(host, src);
+}
+
+void Backend::upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore, const char* what) {
+  ST_CHECK(dst.dtype == DType::I32, "upload_ids: ", what, " tensor is ", dtype_name(dst.dtype), ", expected i32");
+  check_ids_on_host(host, dst.numel, V, has_ignore, ignore, what);
+  check_not_empty("upload", dst);
+  if (dst.numel) do_upload_ids(dst, host, V, has_ignore, ignore);
+}
+
+// ---- element-wise -------------------------------------------------------------------
+
+void Backend::add(Tensor out, Tensor a, Tensor b, size_t n) {
+  DType dt = act_dtype("add", "out", out);
+  check_buf("add", "out", out, dt, n);
+  check_buf("add", "a", a, dt, n);
+  check_buf("add", "b", b, dt, n);
+  do_add(out, a, b, n);
+}
+
+void Backend::accumulate(Tensor acc, Tensor x, size_t n) {
+  DType dt = act_dtype("accumulate", "acc", acc);
+  check_buf("accumulate", "acc", acc, dt, n);
+  check_buf("accumulate", "x", x, dt, n);
+  do_accumulate(acc, x, n);
+}
+
+double Backend::sum_squares(Tensor x, size_t n) {
+  ST_CHECK(x.numel >= n, "sum_squares: x holds ", x.numel, " elements, needs ", n);
+  if (n == 0) return 0.0;
+  return do_sum_squares(x, n);
+}
+
+double Backend::sum_squares_total(const std::vector<std::pair<Tensor, size_t>>& parts) {
+  for (const auto& [x, n] : parts) ST_CHECK(x.numel >= n, "sum_squares: x holds ", x.numel, " elements, needs ", n);
+  return do_sum_squares_total(parts);
+}
+
+// ---- embedding ----------------------------------------------------------------------
+
+void Backend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, int N, int C, int V) {
+  const char* op = "embedding_forward";
+  check_dim(op, "N", N), check_dim(op, "C", C), check_dim(op, "V", V);
+  DType dt = act_dtype(op, "wte", wte);
+  check_buf(op, "out", out, dt, size_t(N) * C);
+  check_buf(op, "tokens", tokens, DType::I32, N);
+  check_buf(op, "wte", wte, dt, size_t(V) * C);
+  check_ids(op, "token id", tokens, N, V, false, 0);
+  do_embedding_forward(out, tokens, wte, N, C, V);
+}
+
+void Backend::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int N, int C, int V) {
+  const char* op = "embedding_backward";
+  check_dim(op, "N", N), check_dim(op, "C", C), check_dim(op, "V", V);
+  // The dtype from the first argument holding activations: dwte too where gradients
+  // take the activations' dtype.
+  DType dt = op_rules().f32_grads_and_stats ? act_dtype(op, "dout", dout) : act_dtype(op, "dwte", dwte);
+  check_buf(op, "dwte", dwte, side_dtype(dt), size_t(V) * C);
+  check_buf(op, "dout", dout, dt, size_t(N) * C);
+  check_buf(op, "tokens", tokens, DType::I32, N);
+  check_ids(op, "token id", tokens, N, V, false, 0);
+  do_embedding_backward(dwte, dout, tokens, N, C, V);
+}
+
+// ---- RMSNorm ------------------------------------------------------------------------
+
+void Backend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, int N, int C, float eps) {
+  const char* op = "rmsnorm_forward";
+  check_dim(op, "N", N), check_dim(op, "C", C);
+  DType dt = act_dtype(op, "inp", inp);
+  check_buf(op, "out", out, dt, size_t(N) * C);
+  check_buf(op, "rstd", rstd, side_dtype(dt), N);
+  check_buf(op, "inp", inp, dt, size_t(N) * C);
+  check_buf(op, "weight", weight, dt, C);
+  do_rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+}
+
+void Backend::rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd,
+                               int N, int C) {
+  const char* op = "rmsnorm_backward";
+  check_dim(op, "N", N), check_dim(op, "C", C);
+  DType dt = act_dtype(op, "inp", inp);
+  const size_t nc = size_t(N) * C;
+  check_buf(op, "dinp", dinp, dt, nc);
+  check_buf(op, "dweight", dweight, side_dtype(dt), C);
+  check_buf(op, "dout", dout, dt, nc);
+  check_buf(op, "inp", inp, dt, nc);
+  check_buf(op, "weight", weight, dt, C);
+  check_buf(op, "rstd", rstd, side_dtype(dt), N);
+  do_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+
+void Backend::add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, int N,
+                                  int C, float eps) {
+  const char* op = "add_rmsnorm_forward";
+  check_dim(op, "N", N), check_dim(op, "C", C);
+  DType dt = act_dtype(op, "a", a);
+  const size_t n = size_t(N) * C;
+  check_buf(op, "sum", sum, dt, n);
+  check_buf(op, "out", out, dt, n);
+  check_buf(op, "rstd", rstd, side_dtype(dt), N);
+  check_buf(op, "a", a, dt, n);
+  check_buf(op, "b", b, dt, n);
+  check_buf(op, "weight", weight, dt, C);
+  do_add_rmsnorm_forward(sum, out, rstd, a, b, weight, N, C, eps);
+}
+
+// ---- linear -------------------------------------------------------------------------
+
+void Backend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) {
+  const char* op = "matmul_forward";
+  check_dim(op, "N", N), check_dim(op, "IC", IC), check_dim(op, "OC", OC);
+  DType dt = act_dtype(op, "inp", inp);
+  check_buf(op, "out", out, dt, size_t(N) * OC);
+  check_buf(op, "inp", inp, dt, size_t(N) * IC);
+  check_buf(op, "weight", weight, dt, size_t(OC) * IC);
+  if (!bias.empty()) check_buf(op, "bias", bias, dt, OC);
+  do_matmul_forward(out, inp, weight, bias, N, IC, OC);
+}
+
+void Backend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
+                              int N, int IC, int OC) {
+  const char* op = "matmul_backward";
+  check_dim(op, "N", N), check_dim(op, "IC", IC), check_dim(op, "OC", OC);
+  DType dt = act_dtype(op, "inp", inp);
+  if (!dinp.empty()) check_buf(op, "dinp", dinp, dt, size_t(N) * IC);
+  // dweight may be empty too (a frozen weight): the contract only says so for
+  // dinp and dbias, but skipping is the only sensible reading of an empty buffer.
+  if (!dweight.empty()) check_buf(op, "dweight", dweight, side_dtype(dt), size_t(OC) * IC);
+  if (!dbias.empty()) check_buf(op, "dbias", dbias, side_dtype(dt), OC);
+  check_buf(op, "dout", dout, dt, size_t(N) * OC);
+  check_buf(op, "inp", inp, dt, size_t(N) * IC);
+  check_buf(op, "weight", weight, dt, size_t(OC) * IC);
+  do_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+}
+
+// ---- RoPE and attention -------------------------------------------------------------
+
+void Backend::rope_forward(Tensor qkv, int B, int T, int H, int KV, int hd, float theta) {
+  check_rope("rope_forward", qkv, B, T, H, KV, hd, theta);
+  do_rope(qkv, B, T, H, KV, hd, theta, +1);
+}
+
+void Backend::rope_backward(Tensor dqkv, int B, int T, int H, int KV, int hd, float theta) {
+  check_rope("rope_backward", dqkv, B, T, H, KV, hd, theta);
+  do_rope(dqkv, B, T, H, KV, hd, theta, -1);
+}
+
+void Backend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) {
+  const char* op = "attention_forward";
+  check_attention(op, B, T, H, KV, hd);
+  DType dt = act_dtype(op, "qkv", qkv);
+  const size_t rows = size_t(B) * T;
+  check_buf(op, "out", out, dt, rows * H * hd);
+  check_buf(op, "lse", lse, side_dtype(dt), rows * H);
+  check_buf(op, "qkv", qkv, dt, rows * (H + 2 * KV) * hd);
+  do_attention_forward(out, lse, qkv, B, T, H, KV, hd);
+}
+
+void Backend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int B, int T, int H,
+                                 int KV, int hd) {
+  const char* op = "attention_backward";
+  check_attention(op, B, T, H, KV, hd);
+  DType dt = act_dtype(op, "qkv", qkv);
+  const size_t rows = size_t(B) * T;
+  check_buf(op, "dqkv", dqkv, dt, rows * (H + 2 * KV) * hd);
+  check_buf(op, "dout", dout, dt, rows * H * hd);
+  check_buf(op, "out", out, dt, rows * H * hd);
+  check_buf(op, "lse", lse, side_dtype(dt), rows * H);
+  check_buf(op, "qkv", qkv, dt, rows * (H + 2 * KV) * hd);
+  do_attention_backward(dqkv, dout, out, lse, qkv, B, T, H, KV, hd);
+}
+
+// ---- SwiGLU -------------------------------------------------------------------------
+
+void Backend::swiglu_forward(Tensor out, Tensor gu, int N, int F) {
+  const char* op = "swiglu_forward";
+  check_dim(op, "N", N), check_dim(op, "F", F);
+  DType dt = act_dtype(op, "gu", gu);
+  check_buf(op, "out", out, dt, size_t(N) * F);
+  check_buf(op, "gu", gu, dt, size_t(N) * 2 * F);
+  do_swiglu_forward(out, gu, N, F);
+}
+
+void Backend::swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) {
+  const char* op = "swiglu_backward";
+  check_dim(op, "N", N), check_dim(op, "F", F);
+  DType dt = act_dtype(op, "gu", gu);
+  check_buf(op, "dgu", dgu, dt, size_t(N) * 2 * F);
+  check_buf(op, "dout", dout, dt, size_t(N) * F);
+  check_buf(op, "gu", gu, dt, size_t(N) * 2 * F);
+  do_swiglu_backward(dgu, dout, gu, N, F);
+}
+
+// ---- cross-entropy --------------------------------------------------------------------
+
+void Backend::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
+                            float dloss_scale, bool grad) {
+  const char* op = "cross_entropy";
+  check_dim(op, "N", N), check_dim(op, "V", V);
+  DType dt = act_dtype(op, "logits", logits);
+  check_buf(op, "losses", losses, side_dtype(dt), N);
+  check_buf(op, "logits", logits, dt, size_t(N) * V);
+  check_buf(op, "targets", targets, DType::I32, N);
+  check_ids(op, "target", targets, N, V, true, ignore_index);
+  do_cross_entropy(losses, logits, targets, N, V, ignore_index, dloss_scale, grad);
+}
+
+// ---- AdamW ----------------------------------------------------------------------------
+
+namespace {
+
+void check_adamw(const char* op, Tensor param, Tensor grad, Tensor m, Tensor v, size_t n) {
+  check_buf(op, "param", param, DType::F32, n);
+  check_buf(op, "grad", grad, DType::F32, n);
+  check_buf(op, "m", m, DType::F32, n);
+  check_buf(op, "v", v, DType::F32, n);
+}
+
+}  // namespace
+
+void Backend::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) {
+  const char* op = "adamw";
+  if (n == 0) return;
+  check_adamw(op, param, grad, m, v, n);
+  ST_CHECK(p.step >= 1, op, ": step is 1-based, got ", p.step);
+  do_adamw(param, grad, m, v, n, p);
+}
+
+void Backend::adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
+                         const AdamWParams& p) {
+  const char* op = "adamw_copy";
+  if (n == 0) return;
+  check_adamw(op, param, grad, m, v, n);
+  check_buf(op, "copy", copy, copy.dtype, n);
+  ST_CHECK(p.step >= 1, op, ": step is 1-based, got ", p.step);
+  do_adamw_copy(param, grad, m, v, copy, n, p);
+}
+
+}  // namespace st
