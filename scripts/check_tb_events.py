@@ -28,6 +28,9 @@ STEP_TAGS = [
     "perf/tflops_per_rank",
     "perf/mfu",
     "memory/peak_allocated_gib",
+    "comm/bytes_sent",
+    "comm/inter_node_bytes",
+    "comm/blocked_s",
 ]
 
 

@@ -24,6 +24,7 @@ RankContext bring_up_rank(const DistEnv& env, const std::string& device, const D
   where.master_port = env.master_port;
   where.launched = env.launched;
   where.job_id = env.job_id;
+  where.ranks_per_node = env.local_world;
   // NCCL reads its variables once, at its first call (inside init_process_groups).
   FabricEnvPlan plan;
   if (fabric && uses_nccl(where, *ctx.backend)) plan = apply_fabric_env(*fabric, env.rank, out_dir);

@@ -25,7 +25,7 @@ bool uses_nccl(const Rendezvous& where, const Backend& backend) {
   return backend.device() == Device::CUDA && (where.world > 1 || where.launched);
 }
 
-ProcessGroups init_process_groups(const Rendezvous& where, Backend& backend, int shard_group_size,
+static ProcessGroups init_uncounted_groups(const Rendezvous& where, Backend& backend, int shard_group_size,
                                   double timeout_s) {
   const int W = where.world;
   ST_CHECK_DIST(W >= 1 && where.rank >= 0 && where.rank < W, "rank ", where.rank, " outside a world of ", W);
@@ -82,6 +82,28 @@ ProcessGroups init_process_groups(const Rendezvous& where, Backend& backend, int
                         : make_gloo_comm(store, "shard" + std::to_string(g), pos, G, timeout_s, device, rank);
   if (G < W)
     groups.replicate = make_gloo_comm(store, "replicate" + std::to_string(pos), g, W / G, timeout_s, device, rank);
+  return groups;
+}
+
+ProcessGroups init_process_groups(const Rendezvous& where, Backend& backend, int shard_group_size, double timeout_s) {
+  ProcessGroups groups = init_uncounted_groups(where, backend, shard_group_size, timeout_s);
+  // Each group counted, knowing the world ranks of its members: shard group g holds
+  // ranks [g*G, (g+1)*G), replica group `pos` ranks pos, pos + G, pos + 2G, ...
+  const int W = where.world, G = shard_group_size == 0 ? W : shard_group_size;
+  const int g = where.rank / G, pos = where.rank % G;
+  std::vector<int> world(W), shard(G), replicate(W / G);
+  for (int r = 0; r < W; ++r) world[r] = r;
+  for (int i = 0; i < G; ++i) shard[i] = g * G + i;
+  for (int j = 0; j < W / G; ++j) replicate[j] = pos + j * G;
+  auto count = [&](std::unique_ptr<Comm>& c, std::vector<int> members) {
+    // A group of one (G = 1 shards nothing) is a single comm whatever the members.
+    if (!c) return;
+    if (c->world() == 1) members = {where.rank};
+    c = make_counting_comm(std::move(c), groups.stats, std::move(members), where.ranks_per_node);
+  };
+  count(groups.world, world);
+  count(groups.shard, shard);
+  count(groups.replicate, replicate);
   return groups;
 }
 

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "config/options.h"  // DistOptions
 #include "comm/comm.h"
+#include "comm/comm_stats.h"
 
 namespace st {
 
@@ -28,6 +29,9 @@ struct Rendezvous {
   // The job's identity (DistEnv::job_id): rank 0's store refuses a rank that brings
   // another one, naming both jobs. Empty: not checked.
   std::string job_id;
+  // Ranks per node (the launch contract's local world size): which collectives cross
+  // between nodes in the byte counts (comm/comm_stats.h).
+  int ranks_per_node = 1;
 };
 
 struct ProcessGroups {
@@ -36,6 +40,8 @@ struct ProcessGroups {
   // started by hand). Every rank holds a client; rank 0 also serves it.
   std::shared_ptr<TcpStore> store;
   bool nccl = false;  // world, shard and replicate are NCCL communicators
+  // What the three groups' collectives moved, counted by each of them (comm/comm_stats.h).
+  std::shared_ptr<CommStats> stats = std::make_shared<CommStats>();
 };
 
 // Rendezvous through a TCP store served by rank 0 at where.master_addr:master_port,

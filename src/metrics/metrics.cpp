@@ -97,7 +97,14 @@ void MetricsLog::write_step(const StepMetrics& m) {
          {"tflops_per_rank", m.tflops},
          {"mfu", m.mfu},
          {"step_s", m.step_s},
-         {"peak_memory_bytes", m.peak_memory_bytes}});
+         {"peak_memory_bytes", m.peak_memory_bytes},
+         {"comm_all_gather_bytes", m.comm_all_gather_bytes},
+         {"comm_reduce_scatter_bytes", m.comm_reduce_scatter_bytes},
+         {"comm_all_reduce_bytes", m.comm_all_reduce_bytes},
+         {"comm_broadcast_bytes", m.comm_broadcast_bytes},
+         {"comm_intra_node_bytes", m.comm_bytes() - m.comm_inter_node_bytes},
+         {"comm_inter_node_bytes", m.comm_inter_node_bytes},
+         {"comm_blocked_s", m.comm_blocked_s}});
 }
 
 ProgressBar::ProgressBar(const std::string& mode) {

@@ -28,6 +28,16 @@ struct StepMetrics {
   // backend does not track it. The backend has no "allocated now" query.
   size_t peak_memory_bytes = 0;
   double eta_s = -1;       // time left (EtaEstimator); < 0 when not known
+  // This rank's collectives in the step (comm/comm_stats.h): bytes sent, by kind (a
+  // ring rank receives as much), the part sent to a rank on another node, and the
+  // host time spent inside collectives (on the CPU backend, what compute waited for).
+  uint64_t comm_all_gather_bytes = 0, comm_reduce_scatter_bytes = 0, comm_all_reduce_bytes = 0,
+           comm_broadcast_bytes = 0;
+  uint64_t comm_inter_node_bytes = 0;
+  double comm_blocked_s = 0;
+  uint64_t comm_bytes() const {
+    return comm_all_gather_bytes + comm_reduce_scatter_bytes + comm_all_reduce_bytes + comm_broadcast_bytes;
+  }
 };
 
 // "step 12/300 | loss ... | elapsed 1m02s | eta 4m40s" (eta only when known).

@@ -29,6 +29,9 @@ void each_field(Summary& s, F&& f) {
   f("peak_tflops", s.peak_tflops);
   f("peak_memory_bytes", s.peak_memory_bytes);
   f("first_step_after_start_s", s.first_step_after_start_s);
+  f("comm_bytes_per_step", s.comm_bytes_per_step);
+  f("comm_inter_node_bytes_per_step", s.comm_inter_node_bytes_per_step);
+  f("comm_blocked_s_per_step", s.comm_blocked_s_per_step);
   f("signal", s.signal);
   f("steps_done", s.steps_done);
   f("last_loss", s.last_loss);

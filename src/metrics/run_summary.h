@@ -42,6 +42,9 @@ struct RunSummary {
   std::optional<double> flops_per_token, tflops_per_rank, mfu, peak_tflops;
   std::optional<uint64_t> peak_memory_bytes;       // per rank, after step 1 (a negative number reads as 0)
   std::optional<double> first_step_after_start_s;  // from the process start to the end of the first step
+  // Rank 0's collectives per step (bytes sent, the part to other nodes, host time
+  // inside collectives), mean after step 1; runs of more than one rank.
+  std::optional<double> comm_bytes_per_step, comm_inter_node_bytes_per_step, comm_blocked_s_per_step;
 
   bool finished() const { return !interrupted.value_or(false); }
 };

@@ -37,13 +37,16 @@ std::string host_name() {
 const std::vector<std::string>& step_scalar_tags() {
   static const std::vector<std::string> tags = {
       "train/loss",         "train/lr",   "train/grad_norm", "perf/tokens_per_s",         "perf/step_s",
-      "perf/tflops_per_rank", "perf/mfu", "memory/peak_allocated_gib"};
+      "perf/tflops_per_rank", "perf/mfu", "memory/peak_allocated_gib", "comm/bytes_sent", "comm/inter_node_bytes",
+      "comm/blocked_s"};
   return tags;
 }
 
 std::vector<TbScalar> step_scalars(const StepMetrics& m) {
   const double values[] = {m.loss,   m.lr,  m.grad_norm, m.tokens_per_s,
-                           m.step_s, m.tflops, m.mfu,    static_cast<double>(m.peak_memory_bytes) / (1ull << 30)};
+                           m.step_s, m.tflops, m.mfu,    static_cast<double>(m.peak_memory_bytes) / (1ull << 30),
+                           static_cast<double>(m.comm_bytes()), static_cast<double>(m.comm_inter_node_bytes),
+                           m.comm_blocked_s};
   const auto& tags = step_scalar_tags();
   std::vector<TbScalar> out;
   out.reserve(tags.size());

@@ -104,6 +104,8 @@ struct Trainer::RunState {
   ProgressBar bar{"off"};
   TrainResult result;
   double timed_tokens = 0, timed_s = 0;  // over the steps after the first
+  int timed_steps = 0;
+  double timed_comm_bytes = 0, timed_comm_inter = 0, timed_comm_blocked_s = 0;
 };
 
 Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
@@ -111,7 +113,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
     : cfg_(cfg),
       prof_(cfg.run.profile ? std::make_unique<ProfilingBackend>(backend) : nullptr),
       be_(prof_ ? static_cast<Backend&>(*prof_) : backend),
-      comm_(*groups.world), shard_(*groups.shard), replicate_(groups.replicate.get()),
+      comm_(*groups.world), shard_(*groups.shard), replicate_(groups.replicate.get()), comm_stats_(groups.stats),
       fabric_(std::move(fabric)) {
   layout_ = std::make_unique<ParamLayout>(cfg.model);
   plan_ = std::make_unique<ShardPlan>(*layout_, shard_.world());
@@ -276,6 +278,7 @@ void Trainer::print_header() const {
 StepMetrics Trainer::step(int s) {
   ST_NVTX_RANGE("step", s + 1);
   const double t0 = now_seconds();
+  const CommCounts comm0 = comm_stats_ ? comm_stats_->snapshot() : CommCounts{};
   // The whole step's micro-batches first: the loss is a mean over every valid
   // target of the global batch, so each micro-batch's gradient is scaled by one
   // global count and accumulation equals one big batch.
@@ -322,6 +325,15 @@ StepMetrics Trainer::step(int s) {
   m.tflops = m.tokens_per_s * flops_per_token_ / comm_.world() / 1e12;
   m.mfu = peak_tflops_ > 0 ? m.tflops / peak_tflops_ : 0;
   m.peak_memory_bytes = be_.peak_allocated_bytes();
+  if (comm_stats_) {
+    const CommCounts c = comm_stats_->snapshot() - comm0;
+    m.comm_all_gather_bytes = c.bytes[static_cast<int>(CollectiveKind::AllGather)];
+    m.comm_reduce_scatter_bytes = c.bytes[static_cast<int>(CollectiveKind::ReduceScatter)];
+    m.comm_all_reduce_bytes = c.bytes[static_cast<int>(CollectiveKind::AllReduce)];
+    m.comm_broadcast_bytes = c.bytes[static_cast<int>(CollectiveKind::Broadcast)];
+    m.comm_inter_node_bytes = c.inter_node_bytes;
+    m.comm_blocked_s = c.blocked_s;
+  }
   return m;
 }
 
@@ -417,7 +429,12 @@ void Trainer::record_step(RunState& st, int s, StepMetrics& m) {
   if (s == first) first_step_after_start_ = seconds_since_process_start();
   r.losses.push_back(m.loss);
   r.grad_norms.push_back(m.grad_norm);
-  if (s > first) st.timed_tokens += m.tokens_per_s * m.step_s, st.timed_s += m.step_s;  // the first step warms up
+  if (s > first) {  // the first step warms up
+    st.timed_tokens += m.tokens_per_s * m.step_s, st.timed_s += m.step_s, st.timed_steps += 1;
+    st.timed_comm_bytes += static_cast<double>(m.comm_bytes());
+    st.timed_comm_inter += static_cast<double>(m.comm_inter_node_bytes);
+    st.timed_comm_blocked_s += m.comm_blocked_s;
+  }
   if (st.metrics) st.metrics->write_step(m);
   if (st.tb) st.tb->write_scalars(m.step, step_scalars(m));
   if (prof_) profile_step(s, first, m, st.out);
@@ -490,6 +507,11 @@ TrainResult Trainer::finish(RunState& st) {
   r.tflops_per_rank = r.tokens_per_s * flops_per_token_ / comm_.world() / 1e12;
   r.mfu = peak_tflops_ > 0 ? r.tflops_per_rank / peak_tflops_ : 0;
   r.peak_memory_bytes = be_.peak_allocated_bytes();
+  if (st.timed_steps > 0) {
+    r.comm_bytes_per_step = st.timed_comm_bytes / st.timed_steps;
+    r.comm_inter_node_bytes_per_step = st.timed_comm_inter / st.timed_steps;
+    r.comm_blocked_s_per_step = st.timed_comm_blocked_s / st.timed_steps;
+  }
   if (st.out) {
     char buf[320];
     std::snprintf(buf, sizeof buf, "done: %d steps, loss %.4f -> %.4f, %s tok/s (mean after step 1), %.1fs",
@@ -530,6 +552,11 @@ RunSummary Trainer::finished_summary(const TrainResult& r) const {
   s.peak_tflops = peak_tflops_;
   s.peak_memory_bytes = r.peak_memory_bytes;
   s.first_step_after_start_s = first_step_after_start_;
+  if (comm_.world() > 1) {
+    s.comm_bytes_per_step = r.comm_bytes_per_step;
+    s.comm_inter_node_bytes_per_step = r.comm_inter_node_bytes_per_step;
+    s.comm_blocked_s_per_step = r.comm_blocked_s_per_step;
+  }
   return s;
 }
 

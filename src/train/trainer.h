@@ -32,6 +32,8 @@ struct TrainResult {
   double tflops_per_rank = 0;      // model FLOPs, same steps
   double mfu = 0;                  // 0 when the device peak is unknown
   size_t peak_memory_bytes = 0;    // backend's high-water mark (0 when not tracked)
+  // This rank's collectives per step, mean over the same steps (comm/comm_stats.h).
+  double comm_bytes_per_step = 0, comm_inter_node_bytes_per_step = 0, comm_blocked_s_per_step = 0;
 };
 
 class Trainer {
@@ -91,6 +93,7 @@ class Trainer {
   Comm& comm_;   // the whole world: data positions, loss and token counts
   Comm& shard_;  // the ranks that shard the model together
   Comm* replicate_;
+  std::shared_ptr<CommStats> comm_stats_;  // what the three groups moved (comm/comm_stats.h)
   std::shared_ptr<const FabricReport> fabric_;  // NCCL runs: the transport report (null otherwise)
   std::unique_ptr<ParamLayout> layout_;
   std::unique_ptr<ShardPlan> plan_;

@@ -91,9 +91,11 @@ TEST(Metrics, StepRecordHoldsEveryDocumentedKey) {
   ASSERT_TRUE(std::getline(in, line));
   const nlohmann::json j = nlohmann::json::parse(line);
   for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_s", "elapsed_s", "tokens",
-                          "tflops_per_rank", "mfu", "peak_memory_bytes"})
+                          "tflops_per_rank", "mfu", "peak_memory_bytes", "comm_all_gather_bytes",
+                          "comm_reduce_scatter_bytes", "comm_all_reduce_bytes", "comm_broadcast_bytes",
+                          "comm_intra_node_bytes", "comm_inter_node_bytes", "comm_blocked_s"})
     EXPECT_TRUE(j.contains(key)) << key << " in " << line;
-  EXPECT_EQ(j.size(), 11u) << line;
+  EXPECT_EQ(j.size(), 18u) << line;
   EXPECT_EQ(j["step"], 3);
   EXPECT_EQ(j["step_s"], 0.25);
   EXPECT_EQ(j["peak_memory_bytes"], 123456789);

@@ -180,6 +180,13 @@ TEST(MultiRankTraining, NoRestartAfterAConfigurationOrDataError) {
   EXPECT_EQ(bad_data.out.find("restart 1 of 3"), std::string::npos) << bad_data.out;
 }
 
+// Shell that waits (up to a minute) until the run in `out` has logged a step, so that a
+// signal sent next arrives mid-run however slow the machine's set-up is.
+std::string once_training(const fs::path& out) {
+  return "for i in $(seq 600); do grep -qs '\"step\"' " + (out / "metrics.jsonl").string() +
+         " && break; sleep 0.1; done;";
+}
+
 // SIGTERM mid-run (what Kubernetes sends): the ranks stop at the next step, save a
 // checkpoint, write an "interrupted" summary and exit 143; the same command continues.
 TEST(MultiRankTraining, SigtermLeavesACheckpointAndAnInterruptedSummary) {
@@ -188,7 +195,7 @@ TEST(MultiRankTraining, SigtermLeavesACheckpointAndAnInterruptedSummary) {
                           std::to_string(st::test::free_port()) + " -- train" + kModel +
                           " --train.steps=100000 --train.micro_batch=8 --run.checkpoint_every=1000 --run.out_dir=" +
                           out.string();
-  const Result r = sh("{ " + cmd + " & pid=$!; sleep 3; kill -TERM $pid; wait $pid; }");
+  const Result r = sh("{ " + cmd + " & pid=$!; " + once_training(out) + " kill -TERM $pid; wait $pid; }");
   EXPECT_EQ(r.code, 143) << r.out;
   EXPECT_NE(r.out.find("interrupted by signal 15"), std::string::npos) << r.out;
   std::ifstream in(out / "summary.json");
@@ -207,7 +214,7 @@ TEST(MultiRankTraining, ASaveSlowerThanTheGracePeriodIsAbandoned) {
   const std::string cmd = std::string("SHARDTRAIN_TEST_SAVE_DELAY_S=60 ") + SHARDTRAIN_BINARY + " train" + kModel +
                           " --train.steps=100000 --train.micro_batch=8 --run.checkpoint_every=100000"
                           " --run.term_grace_s=2 --run.out_dir=" + out.string();
-  const Result r = sh("{ " + cmd + " & pid=$!; sleep 2; kill -TERM $pid; wait $pid; }");
+  const Result r = sh("{ " + cmd + " & pid=$!; " + once_training(out) + " kill -TERM $pid; wait $pid; }");
   EXPECT_EQ(r.code, 143) << r.out;
   EXPECT_NE(r.out.find("run.term_grace_s = 2 s passed since signal 15"), std::string::npos) << r.out;
   EXPECT_LT(r.seconds, 30) << r.out;
