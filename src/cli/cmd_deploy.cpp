@@ -1,6 +1,7 @@
 // `shardtrain deploy plan`: the EKS recipe from one cluster file, offline: checks it,
-// writes every artifact (eksctl config, Helm values, workload, Dockerfile) and prints
-// the eight steps with the commands `deploy apply` runs.
+// writes every artifact (eksctl config, Helm values, workload, Dockerfile), prints
+// the eight steps with the commands `deploy apply` runs, and the predicted step time
+// of the file's run on its nodes (deploy/prediction.h).
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "core/error.h"
 #include "deploy/apply.h"
 #include "deploy/cluster_file.h"
+#include "deploy/prediction.h"
 #include "deploy/preflight.h"
 #include "deploy/render.h"
 #include "deploy/tools.h"
@@ -81,6 +83,9 @@ int run_plan(const PlanArgs& a) {
   const std::string out_dir =
       !a.out.empty() ? a.out : (fs::path(spec.dir) / spec.name).lexically_normal().string();
   const std::vector<PlanStep> steps = refused ? std::vector<PlanStep>{} : plan_steps(spec, out_dir);
+  const std::optional<ClusterPrediction> prediction =
+      refused ? std::nullopt : std::optional<ClusterPrediction>(predict_cluster(spec));
+  const std::string prediction_txt = prediction ? prediction_text(spec, *prediction) : "";
 
   const InstanceFacts& g = *spec.gpu.facts;
   const std::string zones = spec.gpu.zones.empty() ? "(no zone)" : spec.gpu.zones.front();
@@ -105,6 +110,7 @@ int run_plan(const PlanArgs& a) {
     }
     j["artifacts"] = nlohmann::json::array();
     for (const Artifact& art : artifacts) j["artifacts"].push_back({{"file", art.file}, {"what", art.what}});
+    if (prediction) j["prediction"] = prediction_json(*prediction);
     std::printf("%s\n", j.dump(1).c_str());
   } else {
     std::printf("deploy plan: cluster %s in %s: %d x %s (%d x %s, %d EFA) in %s, engine %s, %d ranks\n",
@@ -125,7 +131,9 @@ int run_plan(const PlanArgs& a) {
     if (!artifacts.empty()) {
       std::printf("\nartifacts in %s:\n", out_dir.c_str());
       for (const Artifact& art : artifacts) std::printf("  %-44s %s\n", art.file.c_str(), art.what.c_str());
+      std::printf("  %-44s %s\n", "prediction.txt", "the predicted step, as below");
     }
+    if (prediction) std::printf("\n%s", prediction_txt.c_str());
   }
   if (refused) {
     int n = 0;
@@ -140,6 +148,7 @@ int run_plan(const PlanArgs& a) {
   }
   for (const Artifact& art : artifacts) write_file(out_dir, art.file, art.text);
   write_file(out_dir, "plan.txt", listing);
+  write_file(out_dir, "prediction.txt", prediction_txt);
   std::fflush(stdout);
   return 0;
 }

@@ -22,5 +22,6 @@ Command add_deploy_command(CLI::App& root);
 Command add_tokenize_command(CLI::App& root);
 Command add_data_command(CLI::App& root);
 Command add_report_command(CLI::App& root);
+Command add_predict_command(CLI::App& root);
 
 }  // namespace st

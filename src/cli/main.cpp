@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   commands.push_back(st::add_tokenize_command(app));
   commands.push_back(st::add_data_command(app));
   commands.push_back(st::add_report_command(app));
+  commands.push_back(st::add_predict_command(app));
 
   try {
     app.parse(argc, argv);

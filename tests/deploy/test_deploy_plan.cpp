@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "deploy/cluster_file.h"
+#include "deploy/prediction.h"
 #include "deploy/preflight.h"
 #include "deploy/render.h"
 #include "deploy/tools.h"
@@ -329,8 +330,9 @@ TEST(Preflight, AllocatableFollowsTheEksFormula) {
 
 // ---- golden files and the command line ---------------------------------------------------
 
-// The recipe's artifacts, byte for byte. SHARDTRAIN_UPDATE_GOLDEN=1 rewrites them
-// (then read the diff before committing it).
+// The recipe's artifacts, byte for byte, and the predicted step plan prints
+// (prediction.txt). SHARDTRAIN_UPDATE_GOLDEN=1 rewrites them (then read the diff
+// before committing it).
 TEST(DeployPlan, GoldenFilesForTheRecipe) {
   // Paths as a user in the repository root types them, so the files hold no
   // checkout-specific directory.
@@ -347,6 +349,7 @@ TEST(DeployPlan, GoldenFilesForTheRecipe) {
       for (const auto& c : st.commands) plan += "  $ " + shell_line(c) + "\n";
     }
     files.emplace_back("plan-commands.txt", plan);
+    files.emplace_back("prediction.txt", prediction_text(s, predict_cluster(s)));
     for (const auto& [name, text] : files) {
       const fs::path p = golden / name;
       if (std::getenv("SHARDTRAIN_UPDATE_GOLDEN")) {
@@ -368,7 +371,8 @@ TEST(DeployPlanCli, WritesEverythingOrNothing) {
   for (const char* step : {"step 1.", "step 3.", "step 8.", "eksctl create cluster -f", "helm upgrade --install"})
     EXPECT_NE(r.out.find(step), std::string::npos) << step << "\n" << r.out;
   for (const char* f : {"eksctl-cluster.yaml", "workload.yaml", "job.yaml", "Dockerfile", "config.toml", "plan.txt",
-                        "helm/nvidia-device-plugin.values.yaml", "helm/aws-efa-k8s-device-plugin.values.yaml"})
+                        "prediction.txt", "helm/nvidia-device-plugin.values.yaml",
+                        "helm/aws-efa-k8s-device-plugin.values.yaml"})
     EXPECT_TRUE(fs::exists(out / f)) << f;
   EXPECT_NE(read_file(out / "Dockerfile").find("FROM nvcr.io/nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04@sha256:"),
             std::string::npos);

@@ -3,7 +3,8 @@ cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...)
 # CMakeLists.txt declares (written to <build>/rooms/links.txt at configure time):
 # the deploy tooling and the HTML report run where no GPU is, so neither may link,
 # directly or through another room, the trainer, the model, the tokenizer and token
-# sources (st_data), the op backend or the CUDA libraries.
+# sources (st_data), the op backend or the CUDA libraries; nor may the step-time
+# model deploy uses (st_stepmodel).
 #   cmake -DLINKS=<build>/rooms/links.txt -P check_room_links.cmake
 if(NOT EXISTS "${LINKS}")
   message(FATAL_ERROR "no link graph at '${LINKS}' (configure the build first)")
@@ -17,7 +18,7 @@ foreach(line ${lines})
   set(deps_${target} ${deps})
   list(APPEND targets ${target})
 endforeach()
-foreach(needed st_deploy st_report st_train st_backend)
+foreach(needed st_deploy st_report st_stepmodel st_train st_backend)
   if(NOT needed IN_LIST targets)
     message(FATAL_ERROR "${LINKS} does not list ${needed}: the room list in CMakeLists.txt changed")
   endif()
@@ -44,7 +45,7 @@ function(reach root out)
 endfunction()
 
 set(failures "")
-foreach(root st_deploy st_report)
+foreach(root st_deploy st_report st_stepmodel)
   reach(${root} reached)
   foreach(banned st_train st_model st_data st_backend shardtrain_cuda_libs)
     if(banned IN_LIST reached)
@@ -55,4 +56,4 @@ endforeach()
 if(failures)
   message(FATAL_ERROR "room links broken:\n${failures}")
 endif()
-message(STATUS "st_deploy and st_report link neither the trainer, the model, the data room, nor the backend")
+message(STATUS "st_deploy, st_report and st_stepmodel link neither the trainer, the model, the data room, nor the backend")

@@ -1,0 +1,62 @@
+#include "stepmodel/gpu_peaks.h"
+
+#include <cctype>
+
+#include "core/error.h"
+
+namespace st {
+
+const std::vector<GpuPeak>& gpu_peaks() {
+  // NVIDIA's datasheets print "N | 2N*" or "2N*" with "* with sparsity": the dense
+  // figure is the half. The trainer's MFU table (src/train/flops.cpp) uses the same
+  // L4, A100, H100 and H200 figures.
+  static const std::vector<GpuPeak> table = {
+      {.name = "L4", .bf16_tflops = 121, .source = "NVIDIA L4 datasheet: BF16 Tensor Core 242 TFLOPS with sparsity"},
+      // An AWS-only part (g5): no NVIDIA datasheet. Baseten's A10 vs A10G comparison
+      // gives 70 (the A10's datasheet 125); a measured bf16 GEMM of 69.5 TFLOP/s
+      // (zzc0721/torch-performance-test-data#126, 10240^3) agrees.
+      {.name = "A10G", .bf16_tflops = 70,
+       .source = "Baseten, NVIDIA A10 vs A10G (spec table); a measured 69.5 TFLOP/s bf16 GEMM agrees"},
+      {.name = "L40S", .bf16_tflops = 362,
+       .source = "NVIDIA L40S datasheet: BF16 Tensor Core 362.05 | 733 TFLOPS with sparsity"},
+      {.name = "A100", .bf16_tflops = 312,
+       .source = "NVIDIA A100 datasheet: BFLOAT16 Tensor Core 312 | 624 TFLOPS with sparsity (SXM and PCIe)"},
+      {.name = "H100", .bf16_tflops = 989,
+       .source = "NVIDIA H100 datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity (PCIe: 1,513)"},
+      {.name = "H200", .bf16_tflops = 989,
+       .source = "NVIDIA H200 datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity (NVL: 1,671)"},
+  };
+  return table;
+}
+
+const GpuPeak* find_gpu_peak(const std::string& device_name) {
+  // Words of letters and digits, upper-cased: "NVIDIA A100-SXM4-80GB" -> NVIDIA, A100, SXM4, 80GB.
+  std::vector<std::string> words(1);
+  for (char c : device_name) {
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      words.back() += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    else if (!words.back().empty())
+      words.emplace_back();
+  }
+  for (const GpuPeak& g : gpu_peaks())
+    for (const std::string& w : words)
+      if (w == g.name) return &g;
+  return nullptr;
+}
+
+double step_flops_per_token(const ModelConfig& m, int seq_len) {
+  const double hidden = m.hidden_size, heads_width = static_cast<double>(m.num_heads) * m.head_dim();
+  const double kv_width = static_cast<double>(m.num_kv_heads) * m.head_dim();
+  // q and o are hidden x heads_width, k and v hidden x kv_width, the MLP three hidden x F.
+  const double layer = 2 * hidden * heads_width + 2 * hidden * kv_width + 3 * hidden * m.intermediate_size;
+  const double matmul = m.num_layers * layer + static_cast<double>(m.vocab_size) * hidden;
+  return 6 * matmul + 6.0 * m.num_layers * hidden * seq_len;
+}
+
+double compute_seconds(const ModelConfig& model, int seq_len, double tokens, double peak_tflops, double mfu) {
+  ST_CHECK_CONFIG(peak_tflops > 0 && mfu > 0 && mfu <= 1, "compute time: a peak above 0 TFLOP/s and an MFU in (0, 1] ",
+                  "are needed, got ", peak_tflops, " TFLOP/s and ", mfu);
+  return tokens * step_flops_per_token(model, seq_len) / (peak_tflops * 1e12 * mfu);
+}
+
+}  // namespace st

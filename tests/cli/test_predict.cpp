@@ -1,0 +1,100 @@
+// `shardtrain predict` end to end: the run config options as train takes them, the
+// cluster options, the JSON a bench reads, the table, and refusals with exit 2.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "support/shell.h"
+
+namespace st {
+namespace {
+
+using testing::run_shell;
+
+const std::string kBin = SHARDTRAIN_BINARY;
+const std::string kRecipe = std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/qwen2.5-1.5b.toml";
+// The scale-out review's emulated run: 2 nodes x 1 CPU rank.
+const std::string kEmulated =
+    " --model.layers=4 --model.hidden_size=256 --model.intermediate_size=768 --model.heads=4 --model.kv_heads=2"
+    " --train.seq_len=64 --train.micro_batch=2 --data.source=random --nodes 2";
+
+nlohmann::json predict_json(const std::string& args) {
+  const auto r = run_shell(kBin + " predict --json" + args);
+  EXPECT_EQ(r.code, 0) << r.out;
+  return r.code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+}
+
+TEST(PredictCli, TheEmulatedRunOnTheCpu) {
+  const auto j = predict_json(kEmulated + " --inter-gbps 1 --compute-s 0.4");
+  // The CPU defaults: fp32 on the wire, nothing overlapped.
+  EXPECT_EQ(j["gather_dtype"], "fp32");
+  EXPECT_EQ(j["reduce_dtype"], "fp32");
+  EXPECT_EQ(j["schedule"], "none");
+  EXPECT_EQ(j["compute_source"], "given");
+  EXPECT_EQ(j["world"], 2);
+  EXPECT_EQ(j["params"], 3215616);
+  EXPECT_EQ(j["tokens_per_rank"], 128);
+  EXPECT_NEAR(j["inter_node_bytes_per_node"].get<double>(), 19162136, 1e-6);
+  EXPECT_NEAR(j["step_s"].get<double>(), 0.4 + 19162136 * 8 / 1e9, 1e-9);
+  EXPECT_DOUBLE_EQ(j["exposed_comm_s"].get<double>(), j["comm_s"].get<double>());
+  EXPECT_EQ(j["bytes_per_rank"]["all_gather"]["intra"], 0);
+  EXPECT_NEAR(j["bytes_per_rank"]["all_gather"]["inter"].get<double>(), 12730880, 1e-6);
+  // HSDP over 2 x 2 with shard groups of a node: only the all-reduce crosses.
+  const auto h = predict_json(kEmulated + " --ranks-per-node 2 --dist.shard_group_size=2 --inter-gbps 1 "
+                                          "--intra-gbps 10 --compute-s 0.4 --schedule prefetch");
+  EXPECT_EQ(h["strategy"], "hsdp");
+  EXPECT_EQ(h["replicas"], 2);
+  EXPECT_EQ(h["schedule"], "prefetch");
+  EXPECT_EQ(h["bytes_per_rank"]["reduce_scatter"]["inter"], 0);
+  EXPECT_GT(h["bytes_per_rank"]["all_reduce"]["inter"].get<double>(), 0);
+}
+
+TEST(PredictCli, TheRecipeFromItsConfigAndAGpu) {
+  const std::string cluster = " --config " + kRecipe + " --nodes 2 --ranks-per-node 4 --gpu L4 --mfu 0.45 "
+                              "--inter-gbps 32 --intra-gbps 100";
+  const auto j = predict_json(cluster);
+  EXPECT_EQ(j["gather_dtype"], "bf16");  // train.device = cuda
+  EXPECT_EQ(j["schedule"], "prefetch");
+  EXPECT_EQ(j["gpu"], "L4");
+  EXPECT_EQ(j["gpu_bf16_tflops"], 121);
+  EXPECT_NEAR(j["compute_s"].get<double>(), 1.473, 0.001);
+  EXPECT_NEAR(j["inter_node_bytes_per_node"].get<double>() / 1e9, 10.40, 0.005);
+  const auto bf16 = predict_json(cluster + " --reduce-dtype bf16");
+  EXPECT_NEAR(bf16["inter_node_bytes_per_node"].get<double>() / 1e9, 7.70, 0.005);
+  EXPECT_NEAR(bf16["steps_per_s"].get<double>(), 0.5173, 0.01);  // the recipe's EFA figure
+  // A run config key on the command line, as train takes it.
+  const auto half = predict_json(cluster + " --train.micro_batch=2");
+  EXPECT_EQ(half["tokens_per_rank"], 4096);
+}
+
+TEST(PredictCli, PrintsATable) {
+  const auto r = run_shell(kBin + " predict" + kEmulated + " --inter-gbps 0.2 --compute-s 0.4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* part : {"2 nodes x 1 = 2, full shard over 2", "gradients reduced in fp32", "schedule:  none",
+                           "all_gather", "reduce_scatter", "one node's network link: 19.162 MB each way"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+}
+
+TEST(PredictCli, RefusesWithUsageErrors) {
+  struct Case {
+    std::string args, says;
+  };
+  const std::vector<Case> cases = {
+      {kEmulated + " --inter-gbps 1", "--compute-s SECONDS, or --gpu NAME"},
+      {kEmulated + " --inter-gbps 1 --gpu T4", "--gpu T4: not in the table (L4, A10G, L40S, A100, H100, H200)"},
+      {kEmulated + " --compute-s 1", "crosses nodes: an inter-node bandwidth is needed"},
+      {kEmulated + " --ranks-per-node 2 --inter-gbps 1 --compute-s 1", "an intra-node bandwidth is needed"},
+      {kEmulated + " --dist.shard_group_size=3 --inter-gbps 1 --compute-s 1", "does not divide the world of 2"},
+      {kEmulated + " --inter-gbps 1 --compute-s 1 --gpu L4", "excludes"},
+      {kEmulated + " --inter-gbps 1 --compute-s 1 --schedule max", "--schedule"},
+      {kEmulated + " --inter-gbps nan --compute-s 1", "finite"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_shell(kBin + " predict" + c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << c.says << "\n" << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace st

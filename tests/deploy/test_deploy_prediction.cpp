@@ -1,0 +1,117 @@
+// What `deploy plan` predicts for a cluster file: the recipe's numbers and the
+// assumptions printed with them, a node group without EFA, a GPU the model has no
+// peak for, and the prediction in --json and in prediction.txt.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "deploy/cluster_file.h"
+#include "deploy/prediction.h"
+#include "support/files.h"
+#include "support/shell.h"
+#include "support/temp_dir.h"
+
+namespace st {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kRecipe = fs::path(SHARDTRAIN_SOURCE_DIR) / "configs/deploy/eks-g6-efa.toml";
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(DeployPrediction, TheRecipe) {
+  const ClusterSpec spec = load_cluster_file(kRecipe.string());
+  const ClusterPrediction cp = predict_cluster(spec);
+  ASSERT_TRUE(cp.skipped.empty()) << cp.skipped;
+  // 80% and 40% of the g6.12xlarge's 40 Gbit/s; the L4's 121 TFLOP/s at 45%.
+  EXPECT_EQ(cp.efa.gbps, 32);
+  EXPECT_EQ(cp.tcp.gbps, 16);
+  EXPECT_EQ(cp.compute.peak_tflops, 121);
+  EXPECT_NEAR(cp.expected.p.compute_s, 1.473, 0.001);
+  // fp32 gradients (the code): 10.40 GB through each node's link, link-bound.
+  EXPECT_EQ(cp.expected.in.reduce_dtype_bytes, 4);
+  EXPECT_EQ(cp.expected.in.gather_dtype_bytes, 2);
+  EXPECT_EQ(cp.expected.in.schedule, OverlapSchedule::Prefetch);
+  EXPECT_NEAR(cp.expected.p.inter_node_bytes_per_node / 1e9, 10.40, 0.005);
+  EXPECT_NEAR(cp.expected.p.step_s, 10.3976 / 4.0, 0.02);
+  EXPECT_NEAR(cp.fallback.p.step_s, 10.3976 / 2.0, 0.04);
+  EXPECT_NEAR(cp.expected.p.steps_per_s / cp.fallback.p.steps_per_s, 2.0, 0.02);
+  // bf16 gradients: 7.70 GB, within 1% of the recipe's measured 0.5173 steps/s.
+  EXPECT_NEAR(cp.expected_bf16.p.inter_node_bytes_per_node / 1e9, 7.70, 0.005);
+  EXPECT_NEAR(cp.expected_bf16.p.steps_per_s / kRecipeEfaStepsPerS, 1, 0.01);
+  // Scaling: 1, 2, 4, 8 nodes; HSDP crosses nodes with less and is faster from 2 on.
+  ASSERT_EQ(cp.scaling.size(), 4u);
+  EXPECT_EQ(cp.scaling[0].full_shard.p.inter_node_bytes_per_node, 0);
+  EXPECT_DOUBLE_EQ(cp.scaling[0].hsdp.p.step_s, cp.scaling[0].full_shard.p.step_s);
+  for (size_t i = 1; i < cp.scaling.size(); ++i) {
+    const auto& r = cp.scaling[i];
+    EXPECT_EQ(r.full_shard.in.world(), 4 * r.nodes);
+    EXPECT_LT(r.hsdp.p.inter_node_bytes_per_node, r.full_shard.p.inter_node_bytes_per_node) << r.nodes;
+    EXPECT_LT(r.hsdp.p.step_s, r.full_shard.p.step_s) << r.nodes;
+    EXPECT_GT(r.full_shard.p.tokens_per_s_cluster, cp.scaling[i - 1].full_shard.p.tokens_per_s_cluster) << r.nodes;
+  }
+  const std::string text = prediction_text(spec, cp);
+  for (const char* part :
+       {"8192 tokens per GPU per step (micro_batch 4 x seq_len 2048 x grad_accum 1); 8 GPUs: 2 nodes x 4, full shard",
+        "NVIDIA L4 at 121 TFLOP/s dense bf16", "x 45% MFU: compute 1.473 s",
+        "assumed EFA: 32 Gbit/s each way (80% of the g6.12xlarge's 40 Gbit/s", "aws/aws-ofi-nccl#19",
+        "assumed TCP sockets: 16 Gbit/s each way (40% of the g6.12xlarge's 40 Gbit/s", "NVIDIA/nccl#209",
+        "gradients reduce-scattered in fp32 (what the code does", "EFA / TCP: 2.00x",
+        "measured 2.06x (0.5173 vs 0.2513 steps/s)", "with bf16 gradients", "would need 43.0 Gbit/s", "8 x 4     HSDP"})
+    EXPECT_TRUE(has(text, part)) << part << "\n" << text;
+  const nlohmann::json j = prediction_json(cp);
+  EXPECT_EQ(j["expected_fabric"], "efa");
+  EXPECT_EQ(j["efa"]["reduce_dtype"], "fp32");
+  EXPECT_EQ(j["efa_bf16_reduce"]["reduce_dtype"], "bf16");
+  EXPECT_DOUBLE_EQ(j["efa"]["step_s"].get<double>(), cp.expected.p.step_s);
+  EXPECT_NEAR(j["efa_over_tcp"].get<double>(), 2.0, 0.02);
+  EXPECT_NEAR(j["recipe_measured"]["efa_over_tcp"].get<double>(), 2.058, 0.001);
+  EXPECT_EQ(j["scaling"].size(), 4u);
+}
+
+TEST(DeployPrediction, WithoutEfaOnlyTcp) {
+  ClusterSpec spec = load_cluster_file(kRecipe.string());
+  spec.gpu.efa = false;
+  const ClusterPrediction cp = predict_cluster(spec);
+  EXPECT_EQ(cp.efa.gbps, 0);
+  EXPECT_DOUBLE_EQ(cp.expected.p.step_s, cp.fallback.p.step_s);
+  const std::string text = prediction_text(spec, cp);
+  EXPECT_FALSE(has(text, "assumed EFA")) << text;
+  EXPECT_FALSE(has(text, "EFA / TCP")) << text;
+  EXPECT_TRUE(has(text, "scaling over TCP sockets")) << text;
+  const nlohmann::json j = prediction_json(cp);
+  EXPECT_EQ(j["expected_fabric"], "tcp");
+  EXPECT_FALSE(j.contains("efa"));
+}
+
+TEST(DeployPrediction, SaysWhyWhenTheGpuIsUnknown) {
+  ClusterSpec spec = load_cluster_file(kRecipe.string());
+  spec.gpu.facts = find_instance("m7i.xlarge");
+  const ClusterPrediction cp = predict_cluster(spec);
+  EXPECT_TRUE(has(cp.skipped, "no dense bf16 peak for a CPU instance")) << cp.skipped;
+  EXPECT_TRUE(has(prediction_text(spec, cp), "  none: no dense bf16 peak")) << prediction_text(spec, cp);
+  EXPECT_TRUE(prediction_json(cp).contains("skipped"));
+}
+
+TEST(DeployPrediction, PlanPrintsItWritesItAndPutsItInTheJson) {
+  using testing::run_shell;
+  const fs::path out = testing::temp_dir("prediction") / "out";
+  const std::string cmd = std::string(SHARDTRAIN_BINARY) + " deploy plan --cluster " + kRecipe.string() + " --out " +
+                          out.string();
+  auto r = run_shell(cmd);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string written = testing::read_file(out / "prediction.txt");
+  EXPECT_TRUE(has(written, "predicted step (the step-time model")) << written;
+  EXPECT_TRUE(has(r.out, "\n" + written)) << r.out;  // the same section, at the end of the plan
+  r = run_shell(cmd + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["prediction"]["efa"]["step_s"].get<double>(), 0);
+  EXPECT_GT(j["prediction"]["tcp"]["step_s"].get<double>(), j["prediction"]["efa"]["step_s"].get<double>());
+}
+
+}  // namespace
+}  // namespace st
