@@ -7,11 +7,6 @@
 
 namespace st {
 
-const char* collective_kind_name(CollectiveKind k) {
-  static const char* const names[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast"};
-  return names[static_cast<int>(k)];
-}
-
 uint64_t CommCounts::total_bytes() const {
   uint64_t t = 0;
   for (uint64_t b : bytes) t += b;

@@ -23,12 +23,10 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "core/collective.h"
 
 namespace st {
 
-enum class CollectiveKind { AllGather, ReduceScatter, AllReduce, Broadcast };
-inline constexpr int kCollectiveKinds = 4;
-const char* collective_kind_name(CollectiveKind k);  // "all_gather", "reduce_scatter", ...
 
 struct CommCounts {
   uint64_t bytes[kCollectiveKinds] = {};  // sent by this rank, by CollectiveKind

@@ -8,14 +8,6 @@ namespace st {
 
 const char* schedule_name(OverlapSchedule s) { return s == OverlapSchedule::None ? "none" : "prefetch"; }
 
-const char* collective_name(CollectiveKind k) {
-  switch (k) {
-    case CollectiveKind::AllGather: return "all_gather";
-    case CollectiveKind::ReduceScatter: return "reduce_scatter";
-    default: return "all_reduce";
-  }
-}
-
 const char* group_name(CommGroup g) {
   switch (g) {
     case CommGroup::Shard: return "shard";

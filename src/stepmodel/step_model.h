@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/model_config.h"
+#include "core/collective.h"  // CollectiveKind (no broadcast in a step)
 #include "config/run_config.h"
 
 namespace st {
@@ -22,11 +23,9 @@ namespace st {
 // Prefetch: each communicator's collectives run on a stream of their own beside the
 // compute (NCCL), so only the collectives at the ends of a micro-batch stay exposed.
 enum class OverlapSchedule { None, Prefetch };
-enum class CollectiveKind { AllGather, ReduceScatter, AllReduce };
 enum class CommGroup { Shard, Replicate, World };
 
 const char* schedule_name(OverlapSchedule s);    // "none", "prefetch"
-const char* collective_name(CollectiveKind k);   // "all_gather", "reduce_scatter", "all_reduce"
 const char* group_name(CommGroup g);             // "shard", "replicate", "world"
 // "none" | "prefetch"; throws a usage error naming the choices otherwise.
 OverlapSchedule parse_schedule(const std::string& name);
