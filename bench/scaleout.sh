@@ -59,7 +59,7 @@ of network namespaces and writes OUT/scaleout.json and a table on stdout.
 
 Environment: SCALEOUT_MODEL overrides the model options (default
 "--model.layers=4 --model.hidden_size=768 --model.intermediate_size=1536
- --model.heads=12 --model.kv_heads=4", 20.6M parameters, vocab 256).
+ --model.heads=12 --model.kv_heads=4", 20.66M parameters, vocab 256).
 EOF
 }
 
