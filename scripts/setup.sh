@@ -22,6 +22,7 @@ packages=(
   libprotobuf-dev        # TensorBoard events: tensorflow.Event records (protobuf lite runtime)
   protobuf-compiler      # TensorBoard events: protoc for src/metrics/tb_event.proto
   libisal-dev            # TensorBoard events: CRC32C of the TFRecord framing (Intel ISA-L)
+  iproute2               # bench/scaleout.sh: ip and tc (network namespaces, shaped links)
 )
 tests=${SHARDTRAIN_TESTS:-ON}
 if [ "$tests" = ON ]; then
