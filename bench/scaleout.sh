@@ -305,7 +305,9 @@ wait_step() {
 }
 
 HAVE_PREDICT=0
-"$BIN" predict --help 2>&1 | grep -q "Usage: .*predict" && HAVE_PREDICT=1
+# The whole help text first: grep -q stopping early would break the pipe (pipefail).
+predict_help=$("$BIN" predict --help 2>&1 || true)
+[[ $predict_help == *"Usage: "*predict* ]] && HAVE_PREDICT=1
 ((HAVE_PREDICT)) || echo "scaleout: '$BIN predict' is not there: predicted_step_s stays null"
 
 # run_one K P STRATEGY RATE DELAY: one timed run; its record goes to OUT/runs/NAME/.
