@@ -1,11 +1,23 @@
 // Comm over Gloo. What each operation uses:
-//   all_gather      gloo::allgather (ring, AllgatherOptions), byte-wise, any dtype
+//   all_gather      a ring over Gloo's unbound buffers, written here, byte-wise, any
+//                   dtype: W-1 steps, each rank passing the chunk it got last to its
+//                   right neighbour, so every rank sends (W-1)·count elements
 //   reduce_scatter  a ring over Gloo's unbound buffers, written here: W-1 steps, each
 //                   rank sending one partial chunk to its right neighbour and adding
 //                   its own contribution to the chunk from its left, so every rank
 //                   sends (W-1)·count elements, as NCCL does. (gloo's
 //                   ReduceScatterHalvingDoubling is an old-style algorithm without a
 //                   per-call timeout and with int-sized counts.)
+// Both rings post each step's receive before its send. Gloo's TCP pair sends a
+// chunk only once the peer has said it is ready to receive it, and that "ready"
+// message waits in the same queue as the data the peer is sending: posted after a
+// send, it reaches the other rank only behind the whole chunk, and the two
+// directions of the link take turns instead of running together (gloo::allgather
+// posts its send first: over a 200 Mbit/s link its 10 MB chunks moved at 16 MB/s
+// instead of 24; bench/scaleout.sh, docs/scaleout_bench.md).
+// Each ring collective has one deadline, the communicator's timeout from its start
+// (not a full timeout for every wait inside it), and a rank that stops answering is
+// named by its world rank and node.
 //   all_reduce      gloo::allreduce (ring) with gloo::sum<T>
 //   broadcast       gloo::broadcast, byte-wise, any dtype
 //   barrier         gloo::barrier
@@ -16,6 +28,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -23,7 +36,6 @@
 #include <sstream>
 #include <vector>
 
-#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -38,8 +50,9 @@
 namespace st {
 namespace {
 
-// Slot prefix of the reduce-scatter ring; gloo's own collectives use 0x01..0x08.
+// Slot prefixes of the rings written here; gloo's own collectives use 0x01..0x08.
 constexpr uint8_t kReduceScatterSlotPrefix = 0x31;
+constexpr uint8_t kAllGatherSlotPrefix = 0x32;
 
 // Gloo writes to sockets with writev(), which raises SIGPIPE when a peer has gone;
 // the default action would kill this rank silently instead of letting the collective
@@ -52,9 +65,11 @@ void ignore_sigpipe() {
 class GlooComm final : public Comm {
  public:
   GlooComm(std::shared_ptr<gloo::rendezvous::Store> store, std::string prefix, int rank, int world,
-           double timeout_s, std::shared_ptr<gloo::transport::Device> device, int global_rank)
+           double timeout_s, std::shared_ptr<gloo::transport::Device> device, int global_rank,
+           GlooPeers peers)
       : store_(std::move(store)),
         prefix_(std::move(prefix)),
+        peers_(std::move(peers)),
         global_rank_(global_rank < 0 ? rank : global_rank),
         rank_(rank),
         world_(world),
@@ -63,6 +78,8 @@ class GlooComm final : public Comm {
     ST_CHECK_DIST(world >= 1 && rank >= 0 && rank < world, "Gloo group '", prefix_, "': rank ", rank,
              " outside a group of ", world);
     ST_CHECK_DIST(timeout_s > 0, "Gloo group '", prefix_, "': timeout must be positive, got ", timeout_s);
+    ST_CHECK_DIST(peers_.members.empty() || static_cast<int>(peers_.members.size()) == world, "Gloo group '",
+                  prefix_, "': ", peers_.members.size(), " member ranks given for a group of ", world);
     ctx_ = std::make_shared<gloo::rendezvous::Context>(rank, world);
     ctx_->setTimeout(timeout_);
     gloo::rendezvous::PrefixStore prefixed(prefix_, *store_);
@@ -82,16 +99,7 @@ class GlooComm final : public Comm {
     fits("all_gather", recv, count * world_, "recv");
     if (count == 0) return;
     const size_t bytes = count * dtype_size(send.dtype);
-    run("all_gather", [&] {
-      gloo::AllgatherOptions opts(ctx_);
-      char* out = recv.as<char>();
-      opts.setOutput(out, bytes * world_);
-      // In place when this rank's part already sits in its slot of recv.
-      if (send.as<char>() != out + rank_ * bytes) opts.setInput(send.as<char>(), bytes);
-      opts.setTag(next_tag());
-      opts.setTimeout(timeout_);
-      gloo::allgather(opts);
-    });
+    run("all_gather", [&] { ring_all_gather(recv.as<char>(), send.as<char>(), bytes); });
   }
 
   void reduce_scatter(Tensor recv, Tensor send, size_t count) override {
@@ -161,9 +169,63 @@ class GlooComm final : public Comm {
 
   uint32_t next_tag() { return tag_++; }
 
+  // "rank 3 (node 1)" for group rank r: its world rank, and its node when known.
+  std::string peer(int r) const {
+    const int w = peers_.members.empty() ? r : peers_.members[r];
+    std::ostringstream os;
+    os << "rank " << w;
+    if (peers_.ranks_per_node > 0) os << " (node " << w / peers_.ranks_per_node << ")";
+    return os.str();
+  }
+
+  // One deadline per collective: each wait inside it gets what is left of the
+  // timeout. A wait that runs out names the rank it was waiting for.
+  using Clock = std::chrono::steady_clock;
+  std::chrono::milliseconds left(Clock::time_point deadline) const {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    return std::max(ms, std::chrono::milliseconds(1));
+  }
+  void wait_recv(gloo::transport::UnboundBuffer* b, int from, Clock::time_point deadline) {
+    try {
+      b->waitRecv(left(deadline));
+    } catch (const std::exception& e) {
+      fail_dist(who(), ": ", op_, ": no data from ", peer(from), " within the timeout of ", timeout_s_,
+                " s (it may have exited, stalled or become unreachable): ", e.what());
+    }
+  }
+  void wait_send(gloo::transport::UnboundBuffer* b, int to, Clock::time_point deadline) {
+    try {
+      b->waitSend(left(deadline));
+    } catch (const std::exception& e) {
+      fail_dist(who(), ": ", op_, ": sending to ", peer(to), " did not complete within the timeout of ", timeout_s_,
+                " s (it may have exited, stalled or become unreachable): ", e.what());
+    }
+  }
+
+  // Rank r's chunk sits at out + r * bytes (copied there from `in` unless in place).
+  // At step s rank r sends chunk r-s to its right and receives chunk r-s-1 from its
+  // left, so after W-1 steps it holds every chunk.
+  void ring_all_gather(char* out, const char* in, size_t bytes) {
+    const int W = world_, r = rank_;
+    if (in != out + r * bytes) std::memmove(out + r * bytes, in, bytes);
+    if (W == 1) return;
+    const auto deadline = Clock::now() + timeout_;
+    const auto chunk = [W](int c) { return static_cast<size_t>(((c % W) + W) % W); };
+    auto buf = ctx_->createUnboundBuffer(out, bytes * W);
+    const uint64_t slot = gloo::Slot::build(kAllGatherSlotPrefix, next_tag());
+    const int right = (r + 1) % W, left_rank = (r + W - 1) % W;
+    for (int s = 0; s < W - 1; ++s) {
+      buf->recv(left_rank, slot, chunk(r - s - 1) * bytes, bytes);  // receive first: see the top of the file
+      buf->send(right, slot, chunk(r - s) * bytes, bytes);
+      wait_recv(buf.get(), left_rank, deadline);
+      wait_send(buf.get(), right, deadline);
+    }
+  }
+
   // Runs one collective; any failure inside Gloo becomes an st::Error with context.
   template <class F>
   void run(const char* op, F&& body) {
+    op_ = op;
     try {
       body();
     } catch (const Error&) {
@@ -216,15 +278,16 @@ class GlooComm final : public Comm {
     std::unique_ptr<gloo::transport::UnboundBuffer> parts[2] = {
         ctx_->createUnboundBuffer(scratch[0].data(), bytes), ctx_->createUnboundBuffer(scratch[1].data(), bytes)};
     const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, next_tag());
-    const int right = (r + 1) % W, left = (r + W - 1) % W;
+    const int right = (r + 1) % W, left_rank = (r + W - 1) % W;
+    const auto deadline = Clock::now() + timeout_;
     gloo::transport::UnboundBuffer* out = whole.get();
     size_t out_offset = chunk(r - 1) * bytes;
     for (int s = 0; s < W - 1; ++s) {
       gloo::transport::UnboundBuffer* in = parts[s % 2].get();
+      in->recv(left_rank, slot, 0, bytes);  // receive first: see the top of the file
       out->send(right, slot, out_offset, bytes);
-      in->recv(left, slot, 0, bytes);
-      in->waitRecv(timeout_);
-      out->waitSend(timeout_);
+      wait_recv(in, left_rank, deadline);
+      wait_send(out, right, deadline);
       T* acc = scratch[s % 2].data();
       const T* own = send + chunk(r - s - 2) * count;
       T* dst = s == W - 2 ? recv : acc;  // the last step's chunk is r: sum straight into recv
@@ -236,6 +299,8 @@ class GlooComm final : public Comm {
 
   std::shared_ptr<gloo::rendezvous::Store> store_;  // declared first: outlives the context
   std::string prefix_;
+  GlooPeers peers_;
+  const char* op_ = "";  // the collective running, for the messages of the waits inside it
   int global_rank_, rank_, world_;
   double timeout_s_;
   std::chrono::milliseconds timeout_;
@@ -273,12 +338,13 @@ std::shared_ptr<gloo::transport::Device> make_gloo_device(const std::string& hos
 
 std::unique_ptr<Comm> make_gloo_comm(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& prefix,
                                      int rank, int world, double timeout_s,
-                                     std::shared_ptr<gloo::transport::Device> device, int global_rank) {
+                                     std::shared_ptr<gloo::transport::Device> device, int global_rank,
+                                     GlooPeers peers) {
   ST_CHECK_DIST(store != nullptr, "Gloo group '", prefix, "' needs a rendezvous store");
   if (!device) device = make_gloo_device("");
   ignore_sigpipe();
   return std::make_unique<GlooComm>(std::move(store), prefix, rank, world, timeout_s, std::move(device),
-                                    global_rank);
+                                    global_rank, std::move(peers));
 }
 
 }  // namespace st

@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/comm.h"
 
@@ -25,17 +26,26 @@ namespace st {
 // comma-separated list). Empty hostname: 127.0.0.1.
 std::shared_ptr<gloo::transport::Device> make_gloo_device(const std::string& hostname);
 
+// Who the other ranks of a group are, for messages: members[r] is the world rank of
+// group rank r (empty: the group ranks are world ranks), and world rank w lives on
+// node w / ranks_per_node (0: the node is not named).
+struct GlooPeers {
+  std::vector<int> members;
+  int ranks_per_node = 0;
+};
+
 // A communicator over `world` ranks that rendezvous through `store` under `prefix`
 // (one prefix per group, e.g. "world", "shard1"); `rank` is this process's rank in
 // the group. Every operation is bounded by timeout_s; a failure (a peer exited, a
 // timeout) is an st::Error naming this rank, the group and the operation, after
 // which the communicator is unusable. The comm keeps `store` alive (rank 0 serves
 // it for as long as any group exists). `device` null: make_gloo_device(""), i.e.
-// loopback. `global_rank` (this process's world rank) is for messages only.
+// loopback. `global_rank` (this process's world rank) and `peers` are for messages
+// only: a collective that times out names the rank (and node) it was waiting for.
 // Reductions support f32, f64, i32, i64; all_gather and broadcast any dtype.
 std::unique_ptr<Comm> make_gloo_comm(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& prefix,
                                      int rank, int world, double timeout_s,
                                      std::shared_ptr<gloo::transport::Device> device = nullptr,
-                                     int global_rank = -1);
+                                     int global_rank = -1, GlooPeers peers = {});
 
 }  // namespace st

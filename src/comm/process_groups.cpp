@@ -25,6 +25,20 @@ bool uses_nccl(const Rendezvous& where, const Backend& backend) {
   return backend.device() == Device::CUDA && (where.world > 1 || where.launched);
 }
 
+// The world ranks of the members of this rank's groups, in group rank order: shard
+// group g holds ranks [g*G, (g+1)*G), replica group `pos` ranks pos, pos + G, ...
+struct GroupMembers {
+  std::vector<int> world, shard, replicate;
+};
+static GroupMembers group_members(int W, int G, int rank) {
+  const int g = rank / G, pos = rank % G;
+  GroupMembers m{std::vector<int>(W), std::vector<int>(G), std::vector<int>(W / G)};
+  for (int r = 0; r < W; ++r) m.world[r] = r;
+  for (int i = 0; i < G; ++i) m.shard[i] = g * G + i;
+  for (int j = 0; j < W / G; ++j) m.replicate[j] = pos + j * G;
+  return m;
+}
+
 static ProcessGroups init_uncounted_groups(const Rendezvous& where, Backend& backend, int shard_group_size,
                                   double timeout_s) {
   const int W = where.world;
@@ -77,33 +91,33 @@ static ProcessGroups init_uncounted_groups(const Rendezvous& where, Backend& bac
   // machine that is loopback, across machines the interface facing the others.
   auto device = make_gloo_device(store->local_ip());
 
-  groups.world = make_gloo_comm(store, "world", rank, W, timeout_s, device, rank);
+  // Each group knows its members' world ranks, so a timeout names the rank and node.
+  const int rpn = where.ranks_per_node;
+  const GroupMembers members = group_members(W, G, rank);
+  groups.world = make_gloo_comm(store, "world", rank, W, timeout_s, device, rank, GlooPeers{{}, rpn});
   groups.shard = G == 1 ? make_single_comm(backend)
-                        : make_gloo_comm(store, "shard" + std::to_string(g), pos, G, timeout_s, device, rank);
+                        : make_gloo_comm(store, "shard" + std::to_string(g), pos, G, timeout_s, device, rank,
+                                         GlooPeers{members.shard, rpn});
   if (G < W)
-    groups.replicate = make_gloo_comm(store, "replicate" + std::to_string(pos), g, W / G, timeout_s, device, rank);
+    groups.replicate = make_gloo_comm(store, "replicate" + std::to_string(pos), g, W / G, timeout_s, device, rank,
+                                      GlooPeers{members.replicate, rpn});
   return groups;
 }
 
 ProcessGroups init_process_groups(const Rendezvous& where, Backend& backend, int shard_group_size, double timeout_s) {
   ProcessGroups groups = init_uncounted_groups(where, backend, shard_group_size, timeout_s);
-  // Each group counted, knowing the world ranks of its members: shard group g holds
-  // ranks [g*G, (g+1)*G), replica group `pos` ranks pos, pos + G, pos + 2G, ...
+  // Each group counted, knowing the world ranks of its members.
   const int W = where.world, G = shard_group_size == 0 ? W : shard_group_size;
-  const int g = where.rank / G, pos = where.rank % G;
-  std::vector<int> world(W), shard(G), replicate(W / G);
-  for (int r = 0; r < W; ++r) world[r] = r;
-  for (int i = 0; i < G; ++i) shard[i] = g * G + i;
-  for (int j = 0; j < W / G; ++j) replicate[j] = pos + j * G;
+  const GroupMembers members = group_members(W, G, where.rank);
   auto count = [&](std::unique_ptr<Comm>& c, std::vector<int> members) {
     // A group of one (G = 1 shards nothing) is a single comm whatever the members.
     if (!c) return;
     if (c->world() == 1) members = {where.rank};
     c = make_counting_comm(std::move(c), groups.stats, std::move(members), where.ranks_per_node);
   };
-  count(groups.world, world);
-  count(groups.shard, shard);
-  count(groups.replicate, replicate);
+  count(groups.world, members.world);
+  count(groups.shard, members.shard);
+  count(groups.replicate, members.replicate);
   return groups;
 }
 

@@ -251,5 +251,40 @@ TEST(GlooComm, StalledPeerTimesOut) {
   for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// A ring collective that waits on a silent peer names it by its world rank and
+// node, and gives up after one timeout for the whole collective.
+TEST(GlooComm, ARingNamesTheSilentPeerByWorldRankAndNode) {
+  const int port = test::free_port();
+  const double timeout_s = 2;
+  const auto errors = test::run_ranks(2, [&](int r) {
+    auto store = std::make_shared<TcpStore>("127.0.0.1", port, r, 2, 30);
+    // A timeout closes the group's pairs, so each collective gets its own group, whose
+    // two members are world ranks 4 and 5, two ranks per node.
+    for (const std::string op : {"all_gather", "reduce_scatter"}) {
+      auto c = make_gloo_comm(store, op, r, 2, timeout_s, nullptr, 4 + r, GlooPeers{{4, 5}, 2});
+      c->barrier();
+      if (r == 1) {
+        store->get(op + "-done");
+        continue;
+      }
+      const auto start = Clock::now();
+      std::string msg;
+      try {
+        std::vector<float> v(8, 1.0f), out(16);
+        if (op == "all_gather") c->all_gather(view(out), view(v), v.size());
+        else c->reduce_scatter(view(v), view(out), v.size());
+      } catch (const Error& e) {
+        msg = e.what();
+      }
+      const double took = std::chrono::duration<double>(Clock::now() - start).count();
+      store->set(op + "-done", {'1'});
+      ST_CHECK(msg.find("rank 4 (0 of 2 in group '" + op + "'): " + op + ": ") == 0, "message: '", msg, "'");
+      ST_CHECK(msg.find("rank 5 (node 2)") != std::string::npos, op, ": the peer is not named: '", msg, "'");
+      ST_CHECK(took >= timeout_s * 0.9 && took < timeout_s + 3, op, " timed out after ", took, " s");
+    }
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
 }  // namespace
 }  // namespace st
