@@ -185,20 +185,43 @@ class GlooComm final : public Comm {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     return std::max(ms, std::chrono::milliseconds(1));
   }
+  // A failed post or wait names the peer: a wait that ran out of time says so; any
+  // other failure is the pair to that peer closing (its sockets closed or reset: the
+  // peer exited), which can show when posting as well as when waiting.
+  [[noreturn]] void peer_failed(int r, bool sending, const std::exception& e) const {
+    const std::string what = e.what();
+    if (what.find("Timed out") != std::string::npos)
+      fail_dist(who(), ": ", op_, ": ", sending ? "sending to " : "no data from ", peer(r),
+                sending ? " did not complete" : "", " within the timeout of ", timeout_s_,
+                " s (it may have exited, stalled or become unreachable): ", what);
+    fail_dist(who(), ": ", op_, ": the connection to ", peer(r), " failed (it may have exited): ", what);
+  }
+  void post_recv(gloo::transport::UnboundBuffer* b, int from, uint64_t slot, size_t offset, size_t bytes) {
+    try {
+      b->recv(from, slot, offset, bytes);
+    } catch (const std::exception& e) {
+      peer_failed(from, false, e);
+    }
+  }
+  void post_send(gloo::transport::UnboundBuffer* b, int to, uint64_t slot, size_t offset, size_t bytes) {
+    try {
+      b->send(to, slot, offset, bytes);
+    } catch (const std::exception& e) {
+      peer_failed(to, true, e);
+    }
+  }
   void wait_recv(gloo::transport::UnboundBuffer* b, int from, Clock::time_point deadline) {
     try {
       b->waitRecv(left(deadline));
     } catch (const std::exception& e) {
-      fail_dist(who(), ": ", op_, ": no data from ", peer(from), " within the timeout of ", timeout_s_,
-                " s (it may have exited, stalled or become unreachable): ", e.what());
+      peer_failed(from, false, e);
     }
   }
   void wait_send(gloo::transport::UnboundBuffer* b, int to, Clock::time_point deadline) {
     try {
       b->waitSend(left(deadline));
     } catch (const std::exception& e) {
-      fail_dist(who(), ": ", op_, ": sending to ", peer(to), " did not complete within the timeout of ", timeout_s_,
-                " s (it may have exited, stalled or become unreachable): ", e.what());
+      peer_failed(to, true, e);
     }
   }
 
@@ -215,8 +238,8 @@ class GlooComm final : public Comm {
     const uint64_t slot = gloo::Slot::build(kAllGatherSlotPrefix, next_tag());
     const int right = (r + 1) % W, left_rank = (r + W - 1) % W;
     for (int s = 0; s < W - 1; ++s) {
-      buf->recv(left_rank, slot, chunk(r - s - 1) * bytes, bytes);  // receive first: see the top of the file
-      buf->send(right, slot, chunk(r - s) * bytes, bytes);
+      post_recv(buf.get(), left_rank, slot, chunk(r - s - 1) * bytes, bytes);  // receive first: see the top of the file
+      post_send(buf.get(), right, slot, chunk(r - s) * bytes, bytes);
       wait_recv(buf.get(), left_rank, deadline);
       wait_send(buf.get(), right, deadline);
     }
@@ -284,8 +307,8 @@ class GlooComm final : public Comm {
     size_t out_offset = chunk(r - 1) * bytes;
     for (int s = 0; s < W - 1; ++s) {
       gloo::transport::UnboundBuffer* in = parts[s % 2].get();
-      in->recv(left_rank, slot, 0, bytes);  // receive first: see the top of the file
-      out->send(right, slot, out_offset, bytes);
+      post_recv(in, left_rank, slot, 0, bytes);  // receive first: see the top of the file
+      post_send(out, right, slot, out_offset, bytes);
       wait_recv(in, left_rank, deadline);
       wait_send(out, right, deadline);
       T* acc = scratch[s % 2].data();

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <sstream>
 #include <string_view>
@@ -578,8 +579,11 @@ TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, doubl
 TcpStore::~TcpStore() {
   if (fd_ >= 0) ::close(fd_);
   // The other ranks may still be using the server (their last barrier reply, Gloo
-  // connections of a group rank 0 is done with): wait for them, but not forever.
-  if (server_) server_->wait_for_clients_to_leave(std::min(timeout_s_, 10.0));
+  // connections of a group rank 0 is done with): wait for them, but not forever. While
+  // an error unwinds this rank, wait 1 s at most: the job is ending and its error should
+  // be printed now, not 10 s later when a lost peer never leaves; 1 s lets ranks that
+  // failed at the same moment (a join barrier's timeout) read their own answer first.
+  if (server_) server_->wait_for_clients_to_leave(std::min(timeout_s_, std::uncaught_exceptions() ? 1.0 : 10.0));
 }
 
 TcpStore::Reply TcpStore::request(const std::string& body, double wait_s, const char* what) {

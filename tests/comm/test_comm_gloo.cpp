@@ -286,5 +286,36 @@ TEST(GlooComm, ARingNamesTheSilentPeerByWorldRankAndNode) {
   for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// A peer that exits (its sockets close) fails the collective at once, naming it.
+TEST(GlooComm, APeerThatExitsIsNamedAtOnce) {
+  const int port = test::free_port();
+  const auto errors = test::run_ranks(2, [&](int r) {
+    auto store = std::make_shared<TcpStore>("127.0.0.1", port, r, 2, 30);
+    auto c = make_gloo_comm(store, "pair", r, 2, 20, nullptr, 4 + r, GlooPeers{{4, 5}, 2});
+    c->barrier();
+    if (r == 1) {
+      c.reset();  // closes its connections, as an exiting process does
+      store->set("rank1-gone", {'1'});
+      store->get("rank0-done");
+      return;
+    }
+    store->get("rank1-gone");
+    const auto start = Clock::now();
+    std::string msg;
+    try {
+      std::vector<float> v(8, 1.0f), out(16);
+      c->all_gather(view(out), view(v), v.size());
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    store->set("rank0-done", {'1'});
+    ST_CHECK(msg.find("rank 4 (0 of 2 in group 'pair'): all_gather: the connection to rank 5 (node 2) failed") == 0,
+             "message: '", msg, "'");
+    ST_CHECK(took < 5, "took ", took, " s");
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
 }  // namespace
 }  // namespace st

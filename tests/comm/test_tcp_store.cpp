@@ -211,6 +211,32 @@ TEST(TcpStore, ServerOutlivesRankZeroUntilOthersLeaveThenStops) {
   EXPECT_LT(since(start), 5.0);
 }
 
+// While an error unwinds rank 0 (a collective timed out on a lost node, say), its
+// store waits at most 1 s for the other ranks to leave, not 10: the error is printed
+// at once, and the closed server tells the others. Unwinding normally, it waits.
+TEST(TcpStore, AnErrorUnwindingRankZeroDoesNotWaitForOthersToLeave) {
+  const int port = test::free_port();
+  std::unique_ptr<TcpStore> rank1;
+  const auto start = Clock::now();
+  const std::string err = error_of([&] {
+    TcpStore rank0("127.0.0.1", port, 0, 2, 30);
+    rank1 = std::make_unique<TcpStore>("127.0.0.1", port, 1, 2, 5);  // stays connected
+    fail_dist("rank 0: a collective timed out");
+  });
+  EXPECT_LT(since(start), 3.0) << "rank 0's store waited for rank 1 while an error unwound it";
+  EXPECT_EQ(err, "rank 0: a collective timed out");
+  const std::string lost = error_of([&] { rank1->set("k", bytes("v")); });
+  EXPECT_NE(lost.find("lost the connection to the rendezvous server"), std::string::npos) << lost;
+
+  // The same without an error: rank 0's store waits out its grace period for rank 1.
+  const int port2 = test::free_port();
+  auto rank0 = std::make_unique<TcpStore>("127.0.0.1", port2, 0, 2, 2.0);
+  TcpStore stays("127.0.0.1", port2, 1, 2, 5);
+  const auto start2 = Clock::now();
+  rank0.reset();
+  EXPECT_GT(since(start2), 1.5);
+}
+
 TEST(TcpStore, RanksAsProcesses) {
   // The same contract across real processes, as ranks run.
   const int port = test::free_port(), world = 3;
