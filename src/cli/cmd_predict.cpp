@@ -30,7 +30,7 @@ struct PredictArgs {
   std::string gpu;
   double mfu = 0.45;
   std::string schedule;                        // "" = by train.device
-  std::string gather_dtype, reduce_dtype = "fp32";  // "" = by train.device
+  std::string gather_dtype, reduce_dtype;  // "": by train.device / dist.reduce_dtype
   bool json = false;
 };
 
@@ -81,7 +81,7 @@ int run_predict(const PredictArgs& a) {
   const RunConfig cfg = load_run_config(a.config, a.overrides);
   StepModelInput in = step_model_input(cfg, a.nodes, a.ranks_per_node);
   if (!a.gather_dtype.empty()) in.gather_dtype_bytes = a.gather_dtype == "bf16" ? 2 : 4;
-  in.reduce_dtype_bytes = a.reduce_dtype == "bf16" ? 2 : 4;
+  if (!a.reduce_dtype.empty()) in.reduce_dtype_bytes = a.reduce_dtype == "bf16" ? 2 : 4;
   in.intra = a.intra;
   in.inter = a.inter;
   // Gloo runs the schedule synchronously; NCCL overlaps it (docs/architecture.md).
@@ -157,9 +157,9 @@ Command add_predict_command(CLI::App& root) {
   app->add_option("--gather-dtype", a->gather_dtype,
                   "parameters on the wire: bf16 | fp32; default: what train.device gathers in (cuda bf16, cpu fp32)")
       ->check(CLI::IsMember({"bf16", "fp32"}));
-  app->add_option("--reduce-dtype", a->reduce_dtype, "gradients on the wire: fp32 (what the code does) | bf16")
-      ->check(CLI::IsMember({"bf16", "fp32"}))
-      ->capture_default_str();
+  app->add_option("--reduce-dtype", a->reduce_dtype,
+                  "gradients on the wire: fp32 | bf16; default: the run config's dist.reduce_dtype")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
   app->add_flag("--json", a->json, "print one JSON object (docs/scaleout.md lists its fields)");
   return {app, [a] { return run_predict(*a); }};
 }

@@ -7,7 +7,9 @@
 //                   its own contribution to the chunk from its left, so every rank
 //                   sends (W-1)·count elements, as NCCL does. (gloo's
 //                   ReduceScatterHalvingDoubling is an old-style algorithm without a
-//                   per-call timeout and with int-sized counts.)
+//                   per-call timeout and with int-sized counts.) bf16: each hop adds
+//                   in fp32 and rounds the partial sum back to bf16 (to nearest even,
+//                   core/dtype.h's f32_to_bf16), one rounding per hop.
 // Both rings post each step's receive before its send. Gloo's TCP pair sends a
 // chunk only once the peer has said it is ready to receive it, and that "ready"
 // message waits in the same queue as the data the peer is sending: posted after a
@@ -18,7 +20,8 @@
 // Each ring collective has one deadline, the communicator's timeout from its start
 // (not a full timeout for every wait inside it), and a rank that stops answering is
 // named by its world rank and node.
-//   all_reduce      gloo::allreduce (ring) with gloo::sum<T>
+//   all_reduce      gloo::allreduce (ring) with gloo::sum<T>; bf16 with bf16_sum below
+//                   (the same fp32 add and rounding per hop)
 //   broadcast       gloo::broadcast, byte-wise, any dtype
 //   barrier         gloo::barrier
 //   all_reduce_sum  gloo::allreduce of one double
@@ -33,6 +36,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <vector>
 
@@ -45,6 +49,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace st {
@@ -60,6 +65,16 @@ constexpr uint8_t kAllGatherSlotPrefix = 0x32;
 void ignore_sigpipe() {
   struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
+
+// bf16 (raw uint16_t) element sums: added in fp32, rounded to nearest even.
+inline uint16_t bf16_add(uint16_t a, uint16_t b) { return f32_to_bf16(bf16_to_f32(a) + bf16_to_f32(b)); }
+
+// gloo's reduce-function signature: c[i] = a[i] + b[i] for n elements.
+void bf16_sum(void* c, const void* a, const void* b, size_t n) {
+  uint16_t* out = static_cast<uint16_t*>(c);
+  const uint16_t *x = static_cast<const uint16_t*>(a), *y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_add(x[i], y[i]);
 }
 
 class GlooComm final : public Comm {
@@ -112,6 +127,7 @@ class GlooComm final : public Comm {
         case DType::F32: ring_reduce_scatter(recv.as<float>(), send.as<float>(), count); break;
         case DType::F64: ring_reduce_scatter(recv.as<double>(), send.as<double>(), count); break;
         case DType::I32: ring_reduce_scatter(recv.as<int32_t>(), send.as<int32_t>(), count); break;
+        case DType::BF16: ring_reduce_scatter(recv.as<uint16_t>(), send.as<uint16_t>(), count, bf16_add); break;
         default: ring_reduce_scatter(recv.as<int64_t>(), send.as<int64_t>(), count); break;
       }
     });
@@ -125,6 +141,7 @@ class GlooComm final : public Comm {
         case DType::F32: sum_in_place(buf.as<float>(), count); break;
         case DType::F64: sum_in_place(buf.as<double>(), count); break;
         case DType::I32: sum_in_place(buf.as<int32_t>(), count); break;
+        case DType::BF16: sum_in_place(buf.as<uint16_t>(), count, &bf16_sum); break;
         default: sum_in_place(buf.as<int64_t>(), count); break;
       }
     });
@@ -268,16 +285,17 @@ class GlooComm final : public Comm {
              t.numel);
   }
   DType reduction_dtype(const char* op, DType t) const {
-    ST_CHECK_DIST(t == DType::F32 || t == DType::F64 || t == DType::I32 || t == DType::I64, who(), ": ", op, " of ",
-             dtype_name(t), " is not supported by the Gloo comm (f32, f64, i32, i64 are)");
+    ST_CHECK_DIST(t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::I32 || t == DType::I64, who(),
+                  ": ", op, " of ", dtype_name(t), " is not supported by the Gloo comm (f32, f64, bf16, i32, i64 are)");
     return t;
   }
 
+  using ReduceFn = void (*)(void*, const void*, const void*, size_t);
   template <class T>
-  void sum_in_place(T* buf, size_t count) {
+  void sum_in_place(T* buf, size_t count, ReduceFn sum = static_cast<ReduceFn>(&gloo::sum<T>)) {
     gloo::AllreduceOptions opts(ctx_);
     opts.setOutput(buf, count);
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));
+    opts.setReduceFunction(sum);
     opts.setTag(next_tag());
     opts.setTimeout(timeout_);
     gloo::allreduce(opts);
@@ -286,9 +304,10 @@ class GlooComm final : public Comm {
   // Chunk c of the send buffer is the part that ends up summed on rank c. At step s
   // (0..W-2) rank r sends its partial sum of chunk r-s-1 to rank r+1 and receives
   // rank r-1's partial sum of chunk r-s-2, adding its own part of that chunk; after
-  // W-1 steps the chunk it holds is r, summed over all W ranks.
-  template <class T>
-  void ring_reduce_scatter(T* recv, const T* send, size_t count) {
+  // W-1 steps the chunk it holds is r, summed over all W ranks. `add` sums two
+  // elements (bf16_add for bf16, stored as uint16_t).
+  template <class T, class Add = std::plus<T>>
+  void ring_reduce_scatter(T* recv, const T* send, size_t count, Add add = {}) {
     const int W = world_, r = rank_;
     if (W == 1) {
       if (recv != send) std::memmove(recv, send, count * sizeof(T));
@@ -314,7 +333,7 @@ class GlooComm final : public Comm {
       T* acc = scratch[s % 2].data();
       const T* own = send + chunk(r - s - 2) * count;
       T* dst = s == W - 2 ? recv : acc;  // the last step's chunk is r: sum straight into recv
-      for (size_t i = 0; i < count; ++i) dst[i] = acc[i] + own[i];
+      for (size_t i = 0; i < count; ++i) dst[i] = add(acc[i], own[i]);
       out = in;
       out_offset = 0;
     }

@@ -42,7 +42,8 @@ struct GlooPeers {
 // it for as long as any group exists). `device` null: make_gloo_device(""), i.e.
 // loopback. `global_rank` (this process's world rank) and `peers` are for messages
 // only: a collective that times out names the rank (and node) it was waiting for.
-// Reductions support f32, f64, i32, i64; all_gather and broadcast any dtype.
+// Reductions support f32, f64, bf16 (each hop adds in fp32 and rounds to bf16), i32,
+// i64; all_gather and broadcast any dtype.
 std::unique_ptr<Comm> make_gloo_comm(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& prefix,
                                      int rank, int world, double timeout_s,
                                      std::shared_ptr<gloo::transport::Device> device = nullptr,

@@ -38,4 +38,9 @@ const std::vector<std::string>& export_dtypes() {
   return v;
 }
 
+const std::vector<std::string>& reduce_dtypes() {
+  static const std::vector<std::string> v = {"fp32", "bf16"};
+  return v;
+}
+
 }  // namespace st

@@ -52,6 +52,7 @@ struct DistOptions {
   int shard_group_size = 0;           // 0 = shard over all ranks (FSDP); G = HSDP groups of G
   bool reshard_after_forward = true;  // FSDP: free gathered weights after forward
   double timeout_s = 300;             // limit on every collective and rendezvous wait
+  std::string reduce_dtype = "fp32";  // one of reduce_dtypes(): gradients on the wire (reduce-scatter, replica all-reduce)
 };
 
 // [fabric]: which network NCCL must use, and what it logs (fabric/profile.h).
@@ -86,5 +87,6 @@ const std::vector<std::string>& fabric_transports();         // fabric.transport
 const std::vector<std::string>& fabric_expect_transports();  // fabric.expect_transport: "", efa, ib, socket, nvlink, shm
 const std::vector<std::string>& progress_modes();            // run.progress: auto (a bar only on a terminal), on, off
 const std::vector<std::string>& export_dtypes();             // run.export_dtype: bf16, f32
+const std::vector<std::string>& reduce_dtypes();             // dist.reduce_dtype: fp32, bf16
 
 }  // namespace st

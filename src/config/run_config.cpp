@@ -79,6 +79,10 @@ std::vector<Key> run_config_keys(RunConfig& c) {
       {"dist.timeout_s", &c.dist.timeout_s,
        "seconds any rendezvous or collective may wait before the run fails naming the missing ranks",
        left_open(0, 604800)},
+      {"dist.reduce_dtype", &c.dist.reduce_dtype,
+       "dtype gradients travel in for the reduce-scatter (and the HSDP replica all-reduce): fp32, or bf16 (the fp32 "
+       "gradient rounded to bf16 first: half the bytes; the reduced shard is added to the fp32 gradient)",
+       {}, reduce_dtypes()},
 
       {"fabric.transport", &c.fabric.transport,
        "network NCCL must use between nodes: efa (AWS OFI plugin on EFA), ib, socket, or auto (NCCL's "

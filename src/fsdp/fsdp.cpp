@@ -12,6 +12,8 @@ Fsdp::Fsdp(const ShardPlan& plan, Backend& backend, Comm& comm, Comm* replicate,
     : plan_(plan), layout_(plan.layout()), be_(backend), comm_(comm), replicate_(replicate), opt_(options) {
   ST_CHECK(plan.world() == comm.world(), "shard plan made for ", plan.world(), " ranks but the shard group has ",
            comm.world());
+  ST_CHECK(options.reduce_dtype == DType::F32 || options.reduce_dtype == DType::BF16,
+           "gradients are reduced in f32 or bf16, not ", dtype_name(options.reduce_dtype));
   for (int u = 0; u < plan.num_units(); ++u) {
     UnitState s;
     const size_t n = plan.shard_numel(u);
@@ -199,10 +201,17 @@ void Fsdp::grad_ready(int u) {
     if (old.unit == u)
       while (!retire(old)) {
       }
-  // Start the reduce-scatter of this micro-batch's fp32 gradient; it is added to the
-  // shard when retired.
-  Reduction r{u, s.full_grad, be_.alloc(DType::F32, n), {}, replica_sync_, false};
+  // Start the reduce-scatter of this micro-batch's gradient (fp32, or rounded to the
+  // reduce dtype, the fp32 one freed); it is added to the shard when retired.
+  Tensor full = s.full_grad;
   s.full_grad = Tensor{};
+  if (low_reduce()) {
+    Tensor wire = be_.alloc(opt_.reduce_dtype, plan_.padded_numel(u));
+    be_.copy(wire, full);
+    be_.free(full);
+    full = wire;
+  }
+  Reduction r{u, full, be_.alloc(opt_.reduce_dtype, n), {}, replica_sync_, false};
   r.work = comm_.reduce_scatter_async(r.part, r.full_grad, n);
   // Every older reduction advances one stage; each rank does the same in the same
   // order, so the collectives match across ranks.
@@ -227,9 +236,11 @@ bool Fsdp::retire(Reduction& r) {
   if (r.replicating) {
     replicate_->wait(r.work);
     r.replicating = false;
-    if (!r.part.empty()) {
-      be_.accumulate(s.grad, r.part, n);
-      be_.free(r.part);
+    if (r.replaces) {
+      r.replaces = false;
+      put_back_whole(s.grad, r.part);
+    } else if (!r.part.empty()) {
+      add_part(s.grad, r.part, n);
     }
     return true;
   }
@@ -241,14 +252,14 @@ bool Fsdp::retire(Reduction& r) {
     r.replicating = true;
     return false;
   }
-  be_.accumulate(s.grad, r.part, n);
-  be_.free(r.part);
+  add_part(s.grad, r.part, n);
   if (!replicate_) return true;
   if (!r.sync) {
     s.local = true;
     return true;
   }
-  r.work = replicate_->all_reduce_async(s.grad, n);
+  r.work = all_reduce_whole(s.grad, n, r.part);
+  r.replaces = !r.part.empty();
   r.replicating = true;
   s.synced = true;
   s.local = false;
@@ -263,15 +274,51 @@ void Fsdp::sync_grads() {
   reductions_.clear();
   if (!replicate_) return;
   // Shards that only this replica has summed (no micro-batch asked for the sync).
-  std::vector<CommWork> works;
+  struct Pending {
+    int unit;
+    CommWork work;
+    Tensor wire;  // the reduce-dtype copy being summed (empty: in place)
+  };
+  std::vector<Pending> pending;
   for (int u = 0; u < layout_.num_units(); ++u) {
     UnitState& s = units_[u];
     if (!s.local) continue;
-    works.push_back(replicate_->all_reduce_async(s.grad, plan_.shard_numel(u)));
+    Pending p{u, {}, {}};
+    p.work = all_reduce_whole(s.grad, plan_.shard_numel(u), p.wire);
+    pending.push_back(p);
     s.local = false;
     s.synced = true;
   }
-  for (const CommWork& w : works) replicate_->wait(w);
+  for (Pending& p : pending) {
+    replicate_->wait(p.work);
+    put_back_whole(units_[p.unit].grad, p.wire);
+  }
+}
+
+void Fsdp::add_part(Tensor grad, Tensor& part, size_t n) {
+  if (part.dtype == DType::F32) {
+    be_.accumulate(grad, part, n);
+    be_.free(part);
+    return;
+  }
+  Tensor wide = be_.alloc(DType::F32, n);
+  be_.copy(wide, part);
+  be_.free(part);
+  be_.accumulate(grad, wide, n);
+  be_.free(wide);
+}
+
+CommWork Fsdp::all_reduce_whole(Tensor grad, size_t n, Tensor& wire) {
+  if (!low_reduce()) return replicate_->all_reduce_async(grad, n);
+  wire = be_.alloc(opt_.reduce_dtype, n);
+  be_.copy(wire, grad.slice(0, n));
+  return replicate_->all_reduce_async(wire, n);
+}
+
+void Fsdp::put_back_whole(Tensor grad, Tensor& wire) {
+  if (wire.empty()) return;
+  be_.copy(grad.slice(0, wire.numel), wire);
+  be_.free(wire);
 }
 
 double Fsdp::grad_norm() {

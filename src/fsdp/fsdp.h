@@ -19,6 +19,12 @@
 // all-reduces each accumulated shard once (during its backward), instead of once per
 // micro-batch. Whatever the calls, sync_grads() leaves every shard summed over the
 // replicas exactly once.
+//
+// Reduce dtype: with FsdpOptions::reduce_dtype BF16 every gradient collective moves
+// bf16: the reduce-scatter's input is the fp32 gradient rounded to bf16 and its output
+// a bf16 part, widened when it is added to the fp32 shard; a replica all-reduce of a
+// part runs on the bf16 part, one of a whole shard on a bf16 copy of it that, once
+// summed, replaces the shard. The shards, the optimizer and the norm stay fp32.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -40,6 +46,11 @@ struct FsdpOptions {
   // into the gradient shard (no gather, cast or reduction). False takes the general
   // path anyway (tests of it).
   bool in_place_when_alone = true;
+  // The dtype gradients travel in (dist.reduce_dtype): F32, or BF16, where the unit's
+  // fp32 gradient is rounded to bf16 before its reduce-scatter and the reduced bf16
+  // shard is widened and added to the fp32 shard gradient (the HSDP replica all-reduce
+  // likewise), half the bytes on the wire.
+  DType reduce_dtype = DType::F32;
 };
 
 struct FsdpMemory {
@@ -127,10 +138,11 @@ class Fsdp final : public ParamProvider {
   // (HSDP) the replicate all-reduce of the unit's accumulated shard or of `part`.
   struct Reduction {
     int unit;
-    Tensor full_grad, part;
+    Tensor full_grad, part;   // in the reduce dtype (full_grad: the fp32 gradient itself when that is f32)
     CommWork work;
     bool sync = true;         // replica_sync_ when it started
     bool replicating = false;
+    bool replaces = false;    // replicating a bf16 copy of the whole shard (in `part`): it replaces the shard
   };
   Tensor& state_tensor(int u, ShardState which);  // the shard tensor of `which` (gradient synced)
   // What gathers read: `low`, or `master` when the compute dtype is f32.
@@ -140,6 +152,12 @@ class Fsdp final : public ParamProvider {
   void start_gather(int u);
   void drop_full(UnitState& s);          // frees the gathered weights once no collective uses them
   bool retire(Reduction& r);             // advances one stage; true when it is complete
+  bool low_reduce() const { return opt_.reduce_dtype != DType::F32; }
+  void add_part(Tensor grad, Tensor& part, size_t n);  // grad += part (widened), then frees part
+  // Starts the replica all-reduce of the whole shard `grad` (n): in place in f32, else
+  // of a copy in the reduce dtype, returned (empty for f32) to be put back by wait_whole.
+  CommWork all_reduce_whole(Tensor grad, size_t n, Tensor& wire);
+  void put_back_whole(Tensor grad, Tensor& wire);  // after the wait: grad = wire (widened), frees wire
   void track_gathered();
 
   const ShardPlan& plan_;

@@ -67,13 +67,18 @@ size_t ShardPlan::total_shard_numel() const {
   return n;
 }
 
-GatheredMemory ShardPlan::gathered_peak(size_t cdt, bool reshard) const {
+GatheredMemory ShardPlan::gathered_peak(size_t cdt, bool reshard, size_t rdt) const {
   const int L = layout_.config().num_layers;
   const int e = layout_.embed_unit(), f = layout_.final_unit();
   const bool tied = layout_.lm_head_unit() == e;
   auto w = [&](int u) { return u < 0 ? size_t{0} : padded_numel(u) * cdt; };
   auto g = [&](int u) { return padded_numel(u) * 4; };
-  auto p = [&](int u) { return shard_numel(u) * 4; };
+  // A reduction in flight: the unit and its shard in the reduce dtype. Starting one:
+  // in f32 the gradient itself becomes its input and the shard is allocated; in bf16
+  // the gradient and its bf16 copy are held at once (the shard comes after).
+  auto p = [&](int u) { return shard_numel(u) * rdt; };
+  auto reducing_now = [&](int u) { return rdt == 4 ? p(u) : padded_numel(u) * rdt; };
+  auto in_flight_of = [&](int u) { return padded_numel(u) * rdt + p(u); };
   auto block = [&](int l) { return l < 0 || l >= L ? -1 : layout_.layer_unit(l); };
   // Without resharding a unit gathered in forward stays until its backward releases
   // it: blocks 0..l, an untied embedding, and the final unit (it has no backward
@@ -108,20 +113,20 @@ GatheredMemory ShardPlan::gathered_peak(size_t cdt, bool reshard) const {
     const int reducing = l + 1 < L ? block(l + 1) : f;  // retired at this unit's grad_ready
     const int prefetched = l > 0 ? block(l - 1) : (tied ? -1 : e);
     const size_t weights = reshard ? w(block(l)) + w(prefetched) : untied_e + blocks_upto(l) + w(f);
-    const size_t in_flight = g(reducing) + p(reducing);
+    const size_t in_flight = in_flight_of(reducing);
     consider(weights, g(block(l)) + tied_grad, in_flight,
              "backward of a block (previous unit prefetched, the next one's reduction in flight)");
     // grad_ready: this unit's weights are released, its reduction starts before the
     // previous one is retired.
-    consider(weights - w(block(l)), g(block(l)) + tied_grad, in_flight + p(block(l)),
+    consider(weights - w(block(l)), g(block(l)) + tied_grad, in_flight + reducing_now(block(l)),
              "gradient reduction of a block starting while the previous one lands");
   }
   const size_t kept_f = reshard ? 0 : w(f);
-  const size_t in_flight_first = L > 0 ? g(block(0)) + p(block(0)) : g(f) + p(f);
+  const size_t in_flight_first = L > 0 ? in_flight_of(block(0)) : in_flight_of(f);
   consider(untied_e + kept_f, g(e), in_flight_first, "backward of the embedding");
   // Its weights are released before its reduction starts: dropped, unless a tied
   // embedding without resharding (released as a forward use) stays to the step.
-  consider(kept_f, g(e), in_flight_first + p(e), "gradient reduction of the embedding starting", !reshard);
+  consider(kept_f, g(e), in_flight_first + reducing_now(e), "gradient reduction of the embedding starting", !reshard);
   return best;
 }
 

@@ -38,7 +38,7 @@ struct GatheredMemory {
   size_t weights = 0;            // units being computed and the one prefetched
   size_t held_tied_embedding = 0;  // a tied embedding stays gathered from the first forward to the last backward
   size_t grads = 0;              // unit gradients being accumulated (a tied embedding's for the whole backward)
-  size_t in_flight = 0;          // a reduction not yet retired: its fp32 input and the shard it lands in
+  size_t in_flight = 0;          // a reduction not yet retired: its input and the part it lands in (reduce dtype)
   std::string where;             // the point of the step this is
   size_t total() const { return weights + held_tied_embedding + grads + in_flight; }
 };
@@ -72,8 +72,10 @@ class ShardPlan {
   // forward gathers unit u and prefetches u+1; backward holds unit u, prefetches
   // u-1, accumulates u's fp32 gradient and still reduces u+1's (retired at the next
   // unit); with reshard_after_forward false every unit stays gathered from its
-  // forward to its backward.
-  GatheredMemory gathered_peak(size_t compute_dtype_bytes, bool reshard_after_forward) const;
+  // forward to its backward. A reduction in flight holds the unit and its shard in the
+  // reduce dtype; one in bf16 starts from its fp32 gradient and a bf16 copy at once.
+  GatheredMemory gathered_peak(size_t compute_dtype_bytes, bool reshard_after_forward,
+                               size_t reduce_dtype_bytes = 4) const;
 
  private:
   const ParamLayout& layout_;

@@ -122,7 +122,7 @@ StepModelInput step_model_input(const RunConfig& cfg, int nodes, int ranks_per_n
   in.shard_group_size = cfg.dist.shard_group_size;
   in.reshard_after_forward = cfg.dist.reshard_after_forward;
   in.gather_dtype_bytes = cfg.train.device == "cuda" ? 2 : 4;
-  in.reduce_dtype_bytes = 4;
+  in.reduce_dtype_bytes = cfg.dist.reduce_dtype == "bf16" ? 2 : 4;
   return in;
 }
 

@@ -44,7 +44,7 @@ struct StepModelInput {
   int shard_group_size = 0;          // dist.shard_group_size: 0 = every rank (full shard), G = HSDP
   bool reshard_after_forward = true;  // dist.reshard_after_forward
   int gather_dtype_bytes = 4;        // parameters on the wire: 2 (bf16, GPU) or 4 (fp32, CPU)
-  int reduce_dtype_bytes = 4;        // gradients on the wire: 4 (fp32, the code today) or 2 (bf16)
+  int reduce_dtype_bytes = 4;        // gradients on the wire (dist.reduce_dtype): 4 (fp32) or 2 (bf16)
   double compute_s = 0;              // forward + backward + optimizer of one rank's step, no communication
   Link intra, inter;                 // between ranks of one node; between nodes (one node's network link)
   OverlapSchedule schedule = OverlapSchedule::None;

@@ -125,6 +125,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
     be_.prepare_attention(cfg.train.micro_batch, cfg.train.seq_len, cfg.model.num_heads, cfg.model.num_kv_heads,
                           cfg.model.head_dim());
   fo.reshard_after_forward = cfg.dist.reshard_after_forward;
+  fo.reduce_dtype = cfg.dist.reduce_dtype == "bf16" ? DType::BF16 : DType::F32;
   // The inputs before the model's memory: bad data or a bad checkpoint is refused
   // before the shards and activations are allocated.
   data_ = make_token_source(cfg.data, cfg.model.vocab_size, cfg.train.seed, cfg.train.seq_len);
@@ -195,7 +196,7 @@ GatheredMemory Trainer::gathered_estimate() const {
     return none;
   }
   const size_t cdt = dtype_size(be_.device() == Device::CPU ? DType::F32 : DType::BF16);
-  return plan_->gathered_peak(cdt, cfg_.dist.reshard_after_forward);
+  return plan_->gathered_peak(cdt, cfg_.dist.reshard_after_forward, cfg_.dist.reduce_dtype == "bf16" ? 2 : 4);
 }
 
 void Trainer::print_header() const {
@@ -208,6 +209,7 @@ void Trainer::print_header() const {
                 std::to_string(replicate_->world()) + " replicas)";
   else if (comm_.world() > 1)
     sharding += " (FSDP: sharded over all ranks)";
+  if (comm_.world() > 1) sharding += ", gradients reduced in " + cfg_.dist.reduce_dtype;
   log_info(std::string("shardtrain ") + SHARDTRAIN_VERSION + " | backend " + be_.name() + " | " + sharding);
   std::snprintf(buf, sizeof buf, "model %s: %d layers, hidden %d, heads %d (kv %d), ffn %d, vocab %d, %s | %s params",
                 m.source.c_str(), m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.intermediate_size,
@@ -253,7 +255,8 @@ void Trainer::print_header() const {
   if (gathered.weights) row("  unit weights (computing + prefetched)", gathered.weights);
   if (gathered.held_tied_embedding) row("  tied embedding (held from forward to backward)", gathered.held_tied_embedding);
   if (gathered.grads) row("  unit gradients (fp32, accumulating)", gathered.grads);
-  if (gathered.in_flight) row("  reduction in flight (fp32 input + shard)", gathered.in_flight);
+  if (gathered.in_flight)
+    row("  reduction in flight (" + cfg_.dist.reduce_dtype + " input + shard)", gathered.in_flight);
   {
     const double tokens = static_cast<double>(cfg_.train.micro_batch) * cfg_.train.seq_len;
     std::snprintf(buf, sizeof buf, "activations and scratch (one micro-batch, %.2f MiB per token%s)",

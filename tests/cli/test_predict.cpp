@@ -62,6 +62,12 @@ TEST(PredictCli, TheRecipeFromItsConfigAndAGpu) {
   const auto bf16 = predict_json(cluster + " --reduce-dtype bf16");
   EXPECT_NEAR(bf16["inter_node_bytes_per_node"].get<double>() / 1e9, 7.70, 0.005);
   EXPECT_NEAR(bf16["steps_per_s"].get<double>(), 0.5173, 0.01);  // the recipe's EFA figure
+  // The run config's dist.reduce_dtype is the default; --reduce-dtype wins over it.
+  const auto from_config = predict_json(cluster + " --dist.reduce_dtype=bf16");
+  EXPECT_EQ(from_config["reduce_dtype"], "bf16");
+  EXPECT_EQ(from_config["inter_node_bytes_per_node"], bf16["inter_node_bytes_per_node"]);
+  EXPECT_EQ(predict_json(cluster + " --dist.reduce_dtype=bf16 --reduce-dtype fp32")["inter_node_bytes_per_node"],
+            j["inter_node_bytes_per_node"]);
   // A run config key on the command line, as train takes it.
   const auto half = predict_json(cluster + " --train.micro_batch=2");
   EXPECT_EQ(half["tokens_per_rank"], 4096);

@@ -265,6 +265,29 @@ TEST(RunConfig, RangeChecksNameKeyAndSource) {
   EXPECT_HAS(msg, path + ": optim.beta2 must be in [0, 1), got 1 (line 5)");
 }
 
+// dist.reduce_dtype: fp32 (the default) or bf16, from a file or the command line;
+// anything else is a configuration error (exit 2) naming the key and the choices.
+TEST(RunConfig, ReduceDtypeIsFp32OrBf16) {
+  EXPECT_EQ(load_run_config("", {}).dist.reduce_dtype, "fp32");
+  EXPECT_EQ(load_run_config("", {{"dist.reduce_dtype", "bf16"}}).dist.reduce_dtype, "bf16");
+  CLI::App app("test");
+  ConfigOverrides out;
+  add_config_options(app, out);
+  const char* argv[] = {"prog", "--dist.reduce_dtype=bf16"};
+  app.parse(static_cast<int>(std::size(argv)), argv);
+  EXPECT_EQ(load_run_config("", out).dist.reduce_dtype, "bf16");
+  EXPECT_HAS(app.help(), "--dist.reduce_dtype fp32|bf16=fp32");
+  EXPECT_HAS(run_config_toml(load_run_config("", out)), "reduce_dtype = \"bf16\"");
+  for (const char* bad : {"f32", "fp16", "BF16", ""}) {
+    const std::string msg = error_of([&] { load_run_config("", {{"dist.reduce_dtype", bad}}); });
+    EXPECT_HAS(msg, std::string("command line: --dist.reduce_dtype must be one of fp32, bf16, got '") + bad + "'");
+    EXPECT_EQ(kind_of([&] { load_run_config("", {{"dist.reduce_dtype", bad}}); }), ErrorKind::Usage) << bad;
+  }
+  const std::string path = write_toml("reduce_dtype", "[dist]\nreduce_dtype = \"fp16\"\n");
+  EXPECT_HAS(error_of([&] { load_run_config(path, {}); }),
+             path + ": dist.reduce_dtype must be one of fp32, bf16, got 'fp16' (line 2)");
+}
+
 TEST(RunConfig, FloatKeysMustBeFiniteAndWithinSensibleBounds) {
   struct Case {
     const char* key;

@@ -144,8 +144,8 @@ TEST(Fsdp, GradientsMatchDenseParamsWithAndWithoutReshard) {
 }
 
 // A comm whose asynchronous collectives run only when waited for, the latest moment
-// a real one may finish. At the start their outputs are poisoned with NaN (except
-// an in-place input slot) and their inputs are copied; at the wait the inputs must
+// a real one may finish. At the start their outputs are poisoned with NaN (f32 or
+// bf16; except an in-place input slot) and their inputs' bytes are copied; at the wait the inputs must
 // be unchanged. So Fsdp reading a result before waiting, or touching a buffer of a
 // collective in flight, shows up as a wrong number or a failed check.
 class DeferredComm final : public Comm {
@@ -161,7 +161,7 @@ class DeferredComm final : public Comm {
   double all_reduce_sum(double v) override { return inner_.all_reduce_sum(v); }
 
   CommWork all_gather_async(Tensor recv, Tensor send, size_t n) override {
-    const bool in_place = send.data == recv.as<float>() + static_cast<size_t>(rank()) * n;
+    const bool in_place = send.data == recv.as<char>() + static_cast<size_t>(rank()) * n * dtype_size(recv.dtype);
     Op op{snapshot(send, n), send, n, [=, this] { inner_.all_gather(recv, send, n); }};
     poison(recv, in_place ? static_cast<size_t>(rank()) * n : 0, in_place ? n : 0);
     return start(std::move(op));
@@ -177,9 +177,7 @@ class DeferredComm final : public Comm {
   void wait(CommWork w) override {
     auto it = ops_.find(w.id);
     if (it == ops_.end()) return;
-    std::vector<float> now(it->second.input_numel);
-    std::memcpy(now.data(), it->second.input.data, now.size() * sizeof(float));
-    if (now != it->second.before) ++inputs_changed;
+    if (snapshot(it->second.input, it->second.input_numel) != it->second.before) ++inputs_changed;
     it->second.run();
     ops_.erase(it);
   }
@@ -189,19 +187,23 @@ class DeferredComm final : public Comm {
 
  private:
   struct Op {
-    std::vector<float> before;
+    std::vector<char> before;
     Tensor input;
     size_t input_numel;
     std::function<void()> run;
   };
-  static std::vector<float> snapshot(Tensor t, size_t n) {
-    ST_CHECK(t.dtype == DType::F32, "DeferredComm handles f32 only");
-    return std::vector<float>(t.as<float>(), t.as<float>() + n);
+  static std::vector<char> snapshot(Tensor t, size_t n) {
+    ST_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, "DeferredComm handles f32 and bf16 only");
+    return std::vector<char>(t.as<char>(), t.as<char>() + n * dtype_size(t.dtype));
   }
   void poison(Tensor t, size_t keep_from, size_t keep_n) {
-    float* p = t.as<float>();
-    for (size_t i = 0; i < t.numel; ++i)
-      if (i < keep_from || i >= keep_from + keep_n) p[i] = std::numeric_limits<float>::quiet_NaN();
+    for (size_t i = 0; i < t.numel; ++i) {
+      if (i >= keep_from && i < keep_from + keep_n) continue;
+      if (t.dtype == DType::BF16)
+        t.as<uint16_t>()[i] = 0x7fc0;  // a quiet NaN
+      else
+        t.as<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+    }
   }
   CommWork start(Op op) {
     ops_.emplace(++next_, std::move(op));
@@ -220,7 +222,8 @@ class DeferredComm final : public Comm {
 // with gathers prefetched and reductions retired late (several collectives in flight
 // at once), no input touched while in flight, and nothing left in flight after a
 // step. Plain FSDP over both ranks, and HSDP with the replicate all-reduce across
-// them; with and without resharding after forward.
+// them; with and without resharding after forward; gradients reduced in f32 and in
+// bf16 (which trains close to f32, not equal to it).
 TEST(Fsdp, OverlappedCollectivesGiveTheSameTraining) {
   const ModelConfig c = cfg();
   const int B = 2, T = 8, world = 2;
@@ -231,12 +234,13 @@ TEST(Fsdp, OverlappedCollectivesGiveTheSameTraining) {
     auto gloo_shard = make_gloo_comm(store, "shard", rank, world, 30);
     auto gloo_rep = make_gloo_comm(store, "replicate", rank, world, 30);
     auto single = make_single_comm(*be);
-    auto train = [&](Comm& shard, Comm* replicate, bool reshard, DeferredComm* watch) {
+    auto train = [&](Comm& shard, Comm* replicate, bool reshard, DType reduce, DeferredComm* watch) {
       ParamLayout layout(c);
       ShardPlan plan(layout, shard.world());
       Qwen2Model model(layout, *be, DType::F32, B, T);
       FsdpOptions o;
       o.reshard_after_forward = reshard;
+      o.reduce_dtype = reduce;
       Fsdp f(plan, *be, shard, replicate, o);
       f.init_weights(21);
       std::vector<double> trace;
@@ -262,24 +266,44 @@ TEST(Fsdp, OverlappedCollectivesGiveTheSameTraining) {
         for (float x : f.gather_unit(u)) trace.push_back(x);
       return trace;
     };
-    for (bool reshard : {true, false})
-      for (bool hsdp : {false, true}) {
-        // FSDP: shard over both ranks. HSDP: shard groups of one, replicated over both.
-        Comm& base_shard = hsdp ? *single : *gloo_shard;
-        Comm* base_rep = hsdp ? gloo_rep.get() : nullptr;
-        const std::vector<double> want = train(base_shard, base_rep, reshard, nullptr);
-        DeferredComm shard(base_shard), rep(*gloo_rep);
-        const std::vector<double> got = train(shard, hsdp ? &rep : nullptr, reshard, &shard);
-        const std::string what = std::string("rank ") + std::to_string(rank) + (hsdp ? " hsdp" : " fsdp") +
-                                 (reshard ? " reshard" : " no-reshard") + ": ";
-        ST_CHECK(got.size() == want.size(), what, "trace sizes differ");
-        size_t differ = 0;
-        for (size_t i = 0; i < got.size(); ++i) differ += !(got[i] == want[i]);
-        ST_CHECK(differ == 0, what, differ, " of ", got.size(), " values differ from the synchronous run");
-        ST_CHECK(shard.inputs_changed + rep.inputs_changed == 0, what, "an input changed while in flight");
-        ST_CHECK(shard.max_in_flight >= 2, what, "no gather was prefetched and no reduction retired late");
-        ST_CHECK(!hsdp || rep.max_in_flight >= 1, what, "the replicate all-reduce never ran asynchronously");
-      }
+    std::map<std::pair<bool, bool>, std::vector<double>> f32_runs;  // by (reshard, hsdp)
+    for (DType reduce : {DType::F32, DType::BF16})
+      for (bool reshard : {true, false})
+        for (bool hsdp : {false, true}) {
+          // FSDP: shard over both ranks. HSDP: shard groups of one, replicated over both.
+          Comm& base_shard = hsdp ? *single : *gloo_shard;
+          Comm* base_rep = hsdp ? gloo_rep.get() : nullptr;
+          const std::vector<double> want = train(base_shard, base_rep, reshard, reduce, nullptr);
+          DeferredComm shard(base_shard), rep(*gloo_rep);
+          const std::vector<double> got = train(shard, hsdp ? &rep : nullptr, reshard, reduce, &shard);
+          const std::string what = std::string("rank ") + std::to_string(rank) + (hsdp ? " hsdp" : " fsdp") +
+                                   (reshard ? " reshard" : " no-reshard") + " reduced in " +
+                                   std::string(dtype_name(reduce)) + ": ";
+          ST_CHECK(got.size() == want.size(), what, "trace sizes differ");
+          size_t differ = 0;
+          for (size_t i = 0; i < got.size(); ++i) differ += !(got[i] == want[i]);
+          ST_CHECK(differ == 0, what, differ, " of ", got.size(), " values differ from the synchronous run");
+          ST_CHECK(shard.inputs_changed + rep.inputs_changed == 0, what, "an input changed while in flight");
+          ST_CHECK(shard.max_in_flight >= 2, what, "no gather was prefetched and no reduction retired late");
+          ST_CHECK(!hsdp || rep.max_in_flight >= 1, what, "the replicate all-reduce never ran asynchronously");
+          if (reduce == DType::F32) {
+            f32_runs[{reshard, hsdp}] = want;
+            continue;
+          }
+          // bf16 against f32: the first loss (before any reduction) the same, the later
+        // losses and the gradient norms within bf16's rounding, the weights apart but
+        // close (AdamW moves a weight by about lr a step, whatever its gradient's size,
+        // so a tiny gradient rounded across zero can differ by 2 lr a step).
+        const std::vector<double>& f32 = f32_runs.at({reshard, hsdp});
+        ST_CHECK(got[0] == f32[0], what, "the first loss differs from f32's: ", got[0], " vs ", f32[0]);
+        for (size_t i = 1; i < 9; ++i)  // per step: two micro-batch losses, then the grad norm
+          ST_CHECK(std::abs(got[i] - f32[i]) <= 1e-2 * std::abs(f32[i]), what, "trace value ", i, ": ", got[i],
+                   " vs f32's ", f32[i]);
+        double diff = 0;
+        for (size_t i = 9; i < got.size(); ++i) diff = std::max(diff, std::abs(got[i] - f32[i]));
+        ST_CHECK(diff > 0, what, "the weights equal f32's: the gradients were not reduced in bf16");
+        ST_CHECK(diff <= 3 * 2 * 1e-2, what, "weights differ from f32's by ", diff, ", more than 2 lr a step");
+        }
   });
   for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }

@@ -111,37 +111,40 @@ TEST(ShardPlan, PiecesReshardBetweenAnyWorldSizes) {
 // The memory table's gathered peak is what one step really holds: on the CPU
 // backend (which counts its allocations) the step's peak is exactly the shards,
 // the activations and the estimated gathered peak, tied or untied, with and
-// without resharding; and FSDP's own count of its gathered buffers never exceeds
-// the estimate.
+// without resharding, gradients reduced in f32 or bf16; and FSDP's own count of
+// its gathered buffers never exceeds the estimate.
 TEST(ShardPlan, GatheredPeakIsWhatAStepHolds) {
-  for (bool tied : {true, false})
-    for (bool reshard : {true, false}) {
-      const ModelConfig c = small(tied);
-      const ParamLayout layout(c);
-      const ShardPlan plan(layout, 1);
-      auto be = make_cpu_backend();
-      auto comm = make_single_comm(*be);
-      const int B = 2, T = 8;
-      Qwen2Model model(layout, *be, DType::F32, B, T);
-      FsdpOptions o;
-      o.reshard_after_forward = reshard;
-      o.in_place_when_alone = false;  // the gathering path, as at more ranks
-      Fsdp f(plan, *be, *comm, nullptr, o);
-      f.init_weights(3);
-      const size_t before = be->peak_allocated_bytes();
-      std::vector<int32_t> tok(B * T), tgt(B * T);
-      for (int i = 0; i < B * T; ++i) tok[i] = (i * 7) % c.vocab_size, tgt[i] = (i * 5 + 1) % c.vocab_size;
-      f.zero_grads();
-      be->reset_peak_allocated();
-      model.forward_backward(f, tok.data(), tgt.data(), 1.0f / (B * T), -100);
-      f.sync_grads();
-      const GatheredMemory est = plan.gathered_peak(4, reshard);
-      const std::string what = std::string(tied ? "tied" : "untied") + (reshard ? " reshard" : " no-reshard");
-      EXPECT_GT(before, 0u) << what;
-      EXPECT_EQ(be->peak_allocated_bytes(), before + est.total()) << what << ", peak at " << est.where;
-      EXPECT_LE(f.memory().gathered_peak_bytes, est.total()) << what;
-      EXPECT_GT(f.memory().gathered_peak_bytes, est.total() / 2) << what;
-    }
+  for (DType reduce : {DType::F32, DType::BF16})
+    for (bool tied : {true, false})
+      for (bool reshard : {true, false}) {
+        const ModelConfig c = small(tied);
+        const ParamLayout layout(c);
+        const ShardPlan plan(layout, 1);
+        auto be = make_cpu_backend();
+        auto comm = make_single_comm(*be);
+        const int B = 2, T = 8;
+        Qwen2Model model(layout, *be, DType::F32, B, T);
+        FsdpOptions o;
+        o.reshard_after_forward = reshard;
+        o.in_place_when_alone = false;  // the gathering path, as at more ranks
+        o.reduce_dtype = reduce;
+        Fsdp f(plan, *be, *comm, nullptr, o);
+        f.init_weights(3);
+        const size_t before = be->peak_allocated_bytes();
+        std::vector<int32_t> tok(B * T), tgt(B * T);
+        for (int i = 0; i < B * T; ++i) tok[i] = (i * 7) % c.vocab_size, tgt[i] = (i * 5 + 1) % c.vocab_size;
+        f.zero_grads();
+        be->reset_peak_allocated();
+        model.forward_backward(f, tok.data(), tgt.data(), 1.0f / (B * T), -100);
+        f.sync_grads();
+        const GatheredMemory est = plan.gathered_peak(4, reshard, dtype_size(reduce));
+        const std::string what = std::string(tied ? "tied" : "untied") + (reshard ? " reshard" : " no-reshard") +
+                                 ", reduced in " + std::string(dtype_name(reduce));
+        EXPECT_GT(before, 0u) << what;
+        EXPECT_EQ(be->peak_allocated_bytes(), before + est.total()) << what << ", peak at " << est.where;
+        EXPECT_LE(f.memory().gathered_peak_bytes, est.total()) << what;
+        EXPECT_GT(f.memory().gathered_peak_bytes, est.total() / 2) << what;
+      }
 }
 
 }  // namespace

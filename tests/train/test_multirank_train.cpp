@@ -14,7 +14,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -46,11 +48,13 @@ const std::string kModel =
 
 // Trains 20 steps of a 16-sequence global batch on `nproc` ranks, `accum` micro-batches
 // per step.
-std::vector<double> train(const std::string& name, int nproc, int k, const std::string& extra = "", int accum = 1) {
+// `master_port` (when given) instead of port(k).
+std::vector<double> train(const std::string& name, int nproc, int k, const std::string& extra = "", int accum = 1,
+                          int master_port = 0) {
   const fs::path out = fresh_path(name);
   const int micro = 16 / nproc / accum;
   const std::string cmd = std::string(SHARDTRAIN_BINARY) + " launch --nproc-per-node " + std::to_string(nproc) +
-                          " --master-port " + std::to_string(port(k)) + " -- train" + kModel +
+                          " --master-port " + std::to_string(master_port ? master_port : port(k)) + " -- train" + kModel +
                           " --train.steps=20 --train.micro_batch=" + std::to_string(micro) + " --run.out_dir=" +
                           out.string() + " --run.export_dir=" + (out / "model").string() +
                           " --run.export_dtype=f32" + extra;
@@ -101,6 +105,56 @@ TEST(MultiRankTraining, SameGlobalBatchSameCurveAtAnyWorldSize) {
   expect_same_params("w1", "w2_keep");
   ASSERT_FALSE(one.empty());
   EXPECT_LT(one.back(), one.front());
+}
+
+// The rank-0 step records of a run trained by train().
+std::map<int64_t, nlohmann::json> records(const std::string& name) {
+  return st::testing::step_records(temp_path(name) / "metrics.jsonl");
+}
+
+// dist.reduce_dtype = bf16: the gradients travel in bf16, so every step's counted
+// reduce-scatter bytes are half of fp32's (the all-gathers are unchanged), and with
+// HSDP so are the replicas' all-reduces (beside the few scalar ones); the run trains,
+// close to the fp32 curve (losses, gradient norms) but not equal to it.
+TEST(MultiRankTraining, Bf16GradientReductionHalvesTheBytesAndTrains) {
+  const auto fp32 = train("rd_fp32", 2, 0, " --train.seed=7", 1, st::test::free_port());
+  const auto bf16 = train("rd_bf16", 2, 0, " --train.seed=7 --dist.reduce_dtype=bf16", 1, st::test::free_port());
+  const std::string hsdp = " --train.seed=7 --dist.shard_group_size=2 --train.grad_accum=2";
+  const auto hsdp32 = train("rd_hsdp32", 4, 0, hsdp, 2, st::test::free_port());
+  const auto hsdp16 = train("rd_hsdp16", 4, 0, hsdp + " --dist.reduce_dtype=bf16", 2, st::test::free_port());
+  for (const auto& [a, b, what] : {std::tuple{&fp32, &bf16, "FSDP 2"}, std::tuple{&hsdp32, &hsdp16, "HSDP 2x2"}}) {
+    ASSERT_EQ(a->size(), 20u) << what;
+    ASSERT_EQ(b->size(), 20u) << what;
+    EXPECT_EQ((*a)[0], (*b)[0]) << what << ": step 1's loss comes before any reduction";
+    EXPECT_NE(*a, *b) << what << ": bf16 reductions changed nothing";
+    for (size_t i = 0; i < a->size(); ++i)
+      EXPECT_LE(std::abs((*a)[i] - (*b)[i]), 0.02 * (*a)[i]) << what << " step " << i + 1;
+    EXPECT_LT(b->back(), b->front() - 0.5) << what << ": bf16 did not train";
+  }
+  for (const auto& [full, half, what] :
+       {std::tuple{"rd_fp32", "rd_bf16", "FSDP 2"}, std::tuple{"rd_hsdp32", "rd_hsdp16", "HSDP 2x2"}}) {
+    const auto x = records(full), y = records(half);
+    ASSERT_EQ(x.size(), 20u) << what;
+    ASSERT_EQ(y.size(), 20u) << what;
+    for (const auto& [step, r] : x) {
+      const auto& h = y.at(step);
+      const uint64_t rs = r["comm_reduce_scatter_bytes"], rs_half = h["comm_reduce_scatter_bytes"];
+      EXPECT_GT(rs, 0u) << what;
+      EXPECT_EQ(rs_half * 2, rs) << what << " step " << step;
+      EXPECT_EQ(h["comm_all_gather_bytes"], r["comm_all_gather_bytes"]) << what << " step " << step;
+      // The gradient each step is fp32's within bf16's rounding (a replica sum added
+      // twice, say, would be far off).
+      const double norm = r["grad_norm"], norm_half = h["grad_norm"];
+      EXPECT_LE(std::abs(norm_half - norm), 0.01 * norm) << what << " step " << step;
+      // all-reduce = the replicas' gradients + scalars (loss, tokens, norm, stop flag),
+      // the same in both runs: fp32 = g + s, bf16 = g/2 + s.
+      const int64_t ar = r["comm_all_reduce_bytes"], ar_half = h["comm_all_reduce_bytes"];
+      const int64_t scalars = 2 * ar_half - ar;
+      EXPECT_GE(scalars, 0) << what << " step " << step;
+      EXPECT_LT(scalars, 256) << what << " step " << step;
+      if (std::string(what) == "HSDP 2x2") EXPECT_GT(ar - ar_half, 1000) << what << ": no gradient all-reduce halved";
+    }
+  }
 }
 
 // Two pods of a Kubernetes Indexed Job, one rank each, started as the kubelet would
