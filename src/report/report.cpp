@@ -95,14 +95,6 @@ pre { margin: 2px 0 0; font-size: 13px; line-height: 1.35; white-space: pre-wrap
 .plots { display: grid; grid-template-columns: repeat(auto-fit, minmax(560px, 1fr)); gap: 18px; }
 figure.plot { margin: 0; border: 1px solid var(--line); border-radius: 6px; padding: 10px 12px 4px; min-width: 0; }
 figure.plot h3 { margin: 0 0 2px; font-size: 18px; }
-svg.chart { display: block; width: 100%; height: auto; font-family: inherit; }
-svg .grid line { stroke: #e4e4ea; stroke-width: 1; }
-svg .axis line { stroke: #8a8a96; stroke-width: 1.2; }
-svg .ticks text { font-size: 15px; fill: #3c3c46; font-variant-numeric: tabular-nums; }
-svg .axis-label { font-size: 16px; fill: #1b1b1f; }
-svg .legend text { font-size: 16px; fill: #1b1b1f; }
-svg .legend line { stroke-width: 4; }
-svg path.series { fill: none; stroke-width: 2.5; stroke-linejoin: round; stroke-linecap: round; }
 .note { color: var(--muted); }
 .absent { margin-top: 14px; }
 .absent p.note { margin: 4px 0; }
@@ -329,7 +321,7 @@ std::string render_report(const std::vector<RunData>& runs, const ReportOptions&
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>"
-    << esc(title) << "</title>\n<style>" << kStyle << "</style>\n</head>\n<body>\n";
+    << esc(title) << "</title>\n<style>" << kStyle << plot_css() << "</style>\n</head>\n<body>\n";
   o << "<header><h1>" << esc(title) << "</h1>\n<p class=\"sub\">" << runs.size() << " run"
     << (runs.size() == 1 ? "" : "s") << "; every plot is over optimizer steps, one line per run</p></header>\n";
 
@@ -370,6 +362,8 @@ std::string render_report(const std::vector<RunData>& runs, const ReportOptions&
   o << "<footer>shardtrain " << SHARDTRAIN_VERSION << " report</footer>\n</body>\n</html>\n";
   return o.str();
 }
+
+const char* report_page_css() { return kStyle; }
 
 void check_report_path(const std::string& path) {
   std::error_code ec;

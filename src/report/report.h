@@ -31,6 +31,10 @@ std::vector<std::string> unrecorded_metrics(const std::vector<RunData>& runs);
 // The whole HTML page: inline CSS and SVG, no script, nothing fetched.
 std::string render_report(const std::vector<RunData>& runs, const ReportOptions& options = {});
 
+// The page's style sheet without the plots' part (svg_plot.h's plot_css), for other
+// pages of the same look (report/scaleout_page.h).
+const char* report_page_css();
+
 // Writes the page through a temporary file renamed into place: a failure leaves the
 // old file (or none) and no temporary. A path that is a directory, or whose parent
 // directory does not exist, is refused before anything is written.

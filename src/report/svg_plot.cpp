@@ -90,6 +90,19 @@ bool Series::any() const {
 
 // ---- colours ------------------------------------------------------------------------
 
+const char* plot_css() {
+  return R"css(
+svg.chart { display: block; width: 100%; height: auto; font-family: inherit; }
+svg .grid line { stroke: #e4e4ea; stroke-width: 1; }
+svg .axis line { stroke: #8a8a96; stroke-width: 1.2; }
+svg .ticks text { font-size: 15px; fill: #3c3c46; font-variant-numeric: tabular-nums; }
+svg .axis-label { font-size: 16px; fill: #1b1b1f; }
+svg .legend text { font-size: 16px; fill: #1b1b1f; }
+svg .legend line { stroke-width: 4; }
+svg path.series { fill: none; stroke-width: 2.5; stroke-linejoin: round; stroke-linecap: round; }
+)css";
+}
+
 // Okabe & Ito's colour-blind-safe palette (yellow left out: too faint on white); past
 // seven runs the colours repeat with dashes.
 const char* series_colour(size_t i) {
@@ -142,8 +155,10 @@ std::string render_plot(const PlotSpec& spec, const std::vector<std::string>& la
     for (size_t j = 0; j < i && same_as[i] < 0; ++j)
       if (all[i].any() && same_values(all[i], all[j])) same_as[i] = static_cast<int>(j);
   auto dash = [&](size_t i) -> std::string {
+    if (!all[i].dashes.empty()) return all[i].dashes;
     return *series_dashes(i) ? series_dashes(i) : same_as[i] >= 0 ? "8 7" : "";
   };
+  auto colour = [&](size_t i) -> std::string { return all[i].colour.empty() ? series_colour(i) : all[i].colour; };
   for (size_t i = 0; i < labels.size(); ++i) {
     std::string text = labels[i] + (all[i].any() ? "" : " (not recorded)");
     if (same_as[i] >= 0) text += " — same as " + labels[same_as[i]];
@@ -199,7 +214,8 @@ std::string render_plot(const PlotSpec& spec, const std::vector<std::string>& la
     << ") rotate(-90)\" text-anchor=\"middle\">" << esc(ylabel) << "</text>\n";
   // One path per run (gaps start a new subpath); a point with no neighbour gets a dot.
   for (size_t i = 0; i < labels.size(); ++i) {
-    const Series s = thin(all[i], 1000);
+    Series s = thin(all[i], 1000);
+    s.dots = all[i].dots;
     std::string d;
     std::vector<std::pair<double, double>> dots;
     for (size_t k = 0; k < s.x.size(); ++k) {
@@ -207,20 +223,20 @@ std::string render_plot(const PlotSpec& spec, const std::vector<std::string>& la
       const bool prev = k > 0 && std::isfinite(s.y[k - 1]);
       const bool next = k + 1 < s.x.size() && std::isfinite(s.y[k + 1]);
       d += (prev ? "L" : (d.empty() ? "M" : " M")) + c1(px(s.x[k])) + "," + c1(py(s.y[k]));
-      if (!prev && !next) dots.push_back({px(s.x[k]), py(s.y[k])});
+      if (s.dots || (!prev && !next)) dots.push_back({px(s.x[k]), py(s.y[k])});
     }
     if (d.empty()) continue;
-    o << "<path class=\"series\" data-run=\"" << i << "\" stroke=\"" << series_colour(i) << "\"";
+    o << "<path class=\"series\" data-run=\"" << i << "\" stroke=\"" << colour(i) << "\"";
     if (!dash(i).empty()) o << " stroke-dasharray=\"" << dash(i) << "\"";
     o << " d=\"" << d << "\"><title>" << esc(labels[i]) << "</title></path>\n";
     for (const auto& [x, y] : dots)
-      o << "<circle class=\"dot\" cx=\"" << c1(x) << "\" cy=\"" << c1(y) << "\" r=\"3.5\" fill=\"" << series_colour(i)
+      o << "<circle class=\"dot\" cx=\"" << c1(x) << "\" cy=\"" << c1(y) << "\" r=\"3.5\" fill=\"" << colour(i)
         << "\"/>";
   }
   o << "<g class=\"legend\">";
   for (const Entry& e : legend) {
     o << "<line x1=\"" << c1(e.x) << "\" x2=\"" << c1(e.x + 26) << "\" y1=\"" << c1(e.y - 5) << "\" y2=\""
-      << c1(e.y - 5) << "\" stroke=\"" << series_colour(e.run) << "\"";
+      << c1(e.y - 5) << "\" stroke=\"" << colour(e.run) << "\"";
     if (!dash(e.run).empty()) o << " stroke-dasharray=\"" << dash(e.run) << "\"";
     o << "/><text x=\"" << c1(e.x + 32) << "\" y=\"" << c1(e.y) << "\">" << esc(e.text) << "</text>";
   }

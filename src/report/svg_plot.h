@@ -12,6 +12,8 @@ namespace st {
 // Points of one line; y NaN (or any non-finite value) is a gap.
 struct Series {
   std::vector<double> x, y;
+  std::string colour, dashes;  // "" = by the series' index (series_colour, series_dashes)
+  bool dots = false;           // a dot at every point, not only at lone ones
   bool any() const;  // some finite y
 };
 
@@ -32,6 +34,10 @@ std::string render_plot(const PlotSpec& spec, const std::vector<std::string>& la
 // Long series: at most about `buckets` x-buckets, each keeping its first, lowest,
 // highest and last point, so spikes survive and the page stays small.
 Series thin(const Series& s, size_t buckets);
+
+// The CSS the plots need (the page's style sheet holds it; a standalone SVG file
+// carries it in a <style> element).
+const char* plot_css();
 
 // The colour and dash pattern of series i (the page's run cards use the same).
 const char* series_colour(size_t i);
