@@ -84,8 +84,11 @@ int run_predict(const PredictArgs& a) {
   if (!a.reduce_dtype.empty()) in.reduce_dtype_bytes = a.reduce_dtype == "bf16" ? 2 : 4;
   in.intra = a.intra;
   in.inter = a.inter;
-  // Gloo runs the schedule synchronously; NCCL overlaps it (docs/architecture.md).
-  in.schedule = parse_schedule(!a.schedule.empty() ? a.schedule : cfg.train.device == "cuda" ? "prefetch" : "none");
+  // NCCL overlaps through its streams; Gloo through its comm thread unless
+  // dist.overlap = false, when every collective runs inside its call.
+  in.schedule = parse_schedule(!a.schedule.empty()                                   ? a.schedule
+                               : cfg.train.device == "cuda" || cfg.dist.overlap ? "prefetch"
+                                                                                  : "none");
   ComputeBasis basis;
   if (a.compute_s >= 0) {
     in.compute_s = a.compute_s;
@@ -151,8 +154,8 @@ Command add_predict_command(CLI::App& root) {
       ->check(finite_in(0, 1, /*lo_open=*/true))
       ->capture_default_str();
   app->add_option("--schedule", a->schedule,
-                  "none (step = compute + communication) | prefetch (overlapped); default: none on the CPU, "
-                  "prefetch with train.device = cuda")
+                  "none (step = compute + communication) | prefetch (overlapped); default: prefetch, or none "
+                  "on the CPU with --dist.overlap=false")
       ->check(CLI::IsMember({"none", "prefetch"}));
   app->add_option("--gather-dtype", a->gather_dtype,
                   "parameters on the wire: bf16 | fp32; default: what train.device gathers in (cuda bf16, cpu fp32)")

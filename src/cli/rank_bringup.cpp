@@ -28,7 +28,7 @@ RankContext bring_up_rank(const DistEnv& env, const std::string& device, const D
   // NCCL reads its variables once, at its first call (inside init_process_groups).
   FabricEnvPlan plan;
   if (fabric && uses_nccl(where, *ctx.backend)) plan = apply_fabric_env(*fabric, env.rank, out_dir);
-  ctx.groups = init_process_groups(where, *ctx.backend, dist.shard_group_size, dist.timeout_s);
+  ctx.groups = init_process_groups(where, *ctx.backend, dist.shard_group_size, dist.timeout_s, dist.overlap);
   if (fabric && ctx.groups.nccl)
     ctx.fabric = probe_transport(ctx.groups, env.rank, env.world, plan, fabric->transport, dist.timeout_s);
   return ctx;

@@ -27,16 +27,30 @@
 //   all_reduce_sum  gloo::allreduce of one double
 // Every call passes the communicator's timeout and a fresh tag; all ranks issue the
 // same operations in the same order, so their tags match.
+//
+// Overlap. With `overlap` on, the *_async forms queue the collective for the
+// communicator's own thread and return at once, so FSDP's prefetched all-gathers and
+// its reduce-scatters run while the caller computes (as NCCL's streams do on a GPU);
+// wait() blocks until that collective is done. The thread runs the queue in order, and
+// a synchronous call first waits for the queue to empty and then runs on the caller's
+// thread, so every rank still issues the same operations in the same order (the tags
+// match) and the results are the same bit for bit. A collective that fails on the
+// thread fails every later wait() and call with its error; the queued ones are dropped.
 #include "comm/comm_gloo.h"
 
 #include <signal.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
+#include <thread>
 #include <sstream>
 #include <vector>
 
@@ -81,7 +95,7 @@ class GlooComm final : public Comm {
  public:
   GlooComm(std::shared_ptr<gloo::rendezvous::Store> store, std::string prefix, int rank, int world,
            double timeout_s, std::shared_ptr<gloo::transport::Device> device, int global_rank,
-           GlooPeers peers)
+           GlooPeers peers, bool overlap)
       : store_(std::move(store)),
         prefix_(std::move(prefix)),
         peers_(std::move(peers)),
@@ -89,7 +103,8 @@ class GlooComm final : public Comm {
         rank_(rank),
         world_(world),
         timeout_s_(timeout_s),
-        timeout_(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))) {
+        timeout_(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))),
+        overlap_(overlap) {
     ST_CHECK_DIST(world >= 1 && rank >= 0 && rank < world, "Gloo group '", prefix_, "': rank ", rank,
              " outside a group of ", world);
     ST_CHECK_DIST(timeout_s > 0, "Gloo group '", prefix_, "': timeout must be positive, got ", timeout_s);
@@ -108,7 +123,51 @@ class GlooComm final : public Comm {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
 
+  ~GlooComm() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      queue_.clear();  // never started: their buffers may be going away
+    }
+    work_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();  // one running finishes or fails within the timeout
+  }
+
   void all_gather(Tensor recv, Tensor send, size_t count) override {
+    drain();
+    do_all_gather(recv, send, count);
+  }
+  void reduce_scatter(Tensor recv, Tensor send, size_t count) override {
+    drain();
+    do_reduce_scatter(recv, send, count);
+  }
+  void all_reduce(Tensor buf, size_t count) override {
+    drain();
+    do_all_reduce(buf, count);
+  }
+
+  CommWork all_gather_async(Tensor recv, Tensor send, size_t count) override {
+    if (!overlap_ || world_ == 1) return Comm::all_gather_async(recv, send, count);
+    return enqueue([this, recv, send, count] { do_all_gather(recv, send, count); });
+  }
+  CommWork reduce_scatter_async(Tensor recv, Tensor send, size_t count) override {
+    if (!overlap_ || world_ == 1) return Comm::reduce_scatter_async(recv, send, count);
+    return enqueue([this, recv, send, count] { do_reduce_scatter(recv, send, count); });
+  }
+  CommWork all_reduce_async(Tensor buf, size_t count) override {
+    if (!overlap_ || world_ == 1) return Comm::all_reduce_async(buf, count);
+    return enqueue([this, buf, count] { do_all_reduce(buf, count); });
+  }
+  void wait(CommWork w) override {
+    if (w.id == 0) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return completed_ >= w.id || (error_ && failed_id_ <= w.id); });
+    if (completed_ >= w.id) return;
+    std::rethrow_exception(error_);
+  }
+
+ private:
+  void do_all_gather(Tensor recv, Tensor send, size_t count) {
     same_dtype("all_gather", recv, send);
     fits("all_gather", send, count, "send");
     fits("all_gather", recv, count * world_, "recv");
@@ -117,7 +176,7 @@ class GlooComm final : public Comm {
     run("all_gather", [&] { ring_all_gather(recv.as<char>(), send.as<char>(), bytes); });
   }
 
-  void reduce_scatter(Tensor recv, Tensor send, size_t count) override {
+  void do_reduce_scatter(Tensor recv, Tensor send, size_t count) {
     same_dtype("reduce_scatter", recv, send);
     fits("reduce_scatter", send, count * world_, "send");
     fits("reduce_scatter", recv, count, "recv");
@@ -133,7 +192,7 @@ class GlooComm final : public Comm {
     });
   }
 
-  void all_reduce(Tensor buf, size_t count) override {
+  void do_all_reduce(Tensor buf, size_t count) {
     fits("all_reduce", buf, count, "buf");
     if (count == 0) return;
     run("all_reduce", [&] {
@@ -147,7 +206,10 @@ class GlooComm final : public Comm {
     });
   }
 
+
+ public:
   void broadcast(Tensor buf, size_t count, int root) override {
+    drain();
     ST_CHECK_DIST(root >= 0 && root < world_, who(), ": broadcast root ", root, " outside group '", prefix_, "' of ",
              world_);
     fits("broadcast", buf, count, "buf");
@@ -163,6 +225,7 @@ class GlooComm final : public Comm {
   }
 
   void barrier() override {
+    drain();
     run("barrier", [&] {
       gloo::BarrierOptions opts(ctx_);
       opts.setTag(next_tag());
@@ -172,11 +235,54 @@ class GlooComm final : public Comm {
   }
 
   double all_reduce_sum(double value) override {
+    drain();
     run("all_reduce_sum", [&] { sum_in_place(&value, 1); });
     return value;
   }
 
  private:
+  // ---- the communication thread ----
+  CommWork enqueue(std::function<void()> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_) std::rethrow_exception(error_);
+    if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
+    queue_.push_back({++submitted_, std::move(fn)});
+    work_cv_.notify_one();
+    return {submitted_};
+  }
+  // Until the queue is empty (every collective queued so far done); a failure on the
+  // thread is thrown here.
+  void drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return completed_ == submitted_ || error_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+  void serve() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      Queued job = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      std::exception_ptr failed;
+      try {
+        job.fn();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      lock.lock();
+      if (failed) {
+        error_ = failed;
+        failed_id_ = job.id;
+        queue_.clear();
+      } else {
+        completed_ = job.id;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
   std::string who() const {
     std::ostringstream os;
     os << "rank " << global_rank_;
@@ -348,6 +454,20 @@ class GlooComm final : public Comm {
   std::chrono::milliseconds timeout_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   uint32_t tag_ = 0;
+
+  // The communication thread (started by the first *_async call) and its queue.
+  struct Queued {
+    uint64_t id;
+    std::function<void()> fn;
+  };
+  bool overlap_;
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<Queued> queue_;
+  uint64_t submitted_ = 0, completed_ = 0, failed_id_ = 0;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::thread thread_;  // last: joined in the destructor, before the rest goes
 };
 
 }  // namespace
@@ -381,12 +501,12 @@ std::shared_ptr<gloo::transport::Device> make_gloo_device(const std::string& hos
 std::unique_ptr<Comm> make_gloo_comm(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& prefix,
                                      int rank, int world, double timeout_s,
                                      std::shared_ptr<gloo::transport::Device> device, int global_rank,
-                                     GlooPeers peers) {
+                                     GlooPeers peers, bool overlap) {
   ST_CHECK_DIST(store != nullptr, "Gloo group '", prefix, "' needs a rendezvous store");
   if (!device) device = make_gloo_device("");
   ignore_sigpipe();
   return std::make_unique<GlooComm>(std::move(store), prefix, rank, world, timeout_s, std::move(device),
-                                    global_rank, std::move(peers));
+                                    global_rank, std::move(peers), overlap);
 }
 
 }  // namespace st

@@ -44,9 +44,12 @@ struct GlooPeers {
 // only: a collective that times out names the rank (and node) it was waiting for.
 // Reductions support f32, f64, bf16 (each hop adds in fp32 and rounds to bf16), i32,
 // i64; all_gather and broadcast any dtype.
+// `overlap`: the *_async forms run on the communicator's own thread and return at once
+// (wait() blocks until done), so communication overlaps the caller's compute; false:
+// they complete inside the call, as the synchronous forms do (comm_gloo.cpp).
 std::unique_ptr<Comm> make_gloo_comm(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& prefix,
                                      int rank, int world, double timeout_s,
                                      std::shared_ptr<gloo::transport::Device> device = nullptr,
-                                     int global_rank = -1, GlooPeers peers = {});
+                                     int global_rank = -1, GlooPeers peers = {}, bool overlap = true);
 
 }  // namespace st

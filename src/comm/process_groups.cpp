@@ -40,7 +40,7 @@ static GroupMembers group_members(int W, int G, int rank) {
 }
 
 static ProcessGroups init_uncounted_groups(const Rendezvous& where, Backend& backend, int shard_group_size,
-                                  double timeout_s) {
+                                           double timeout_s, bool overlap) {
   const int W = where.world;
   ST_CHECK_DIST(W >= 1 && where.rank >= 0 && where.rank < W, "rank ", where.rank, " outside a world of ", W);
   ST_CHECK_CONFIG(shard_group_size >= 0, "dist.shard_group_size must be 0 (all ranks) or positive, got ",
@@ -94,18 +94,19 @@ static ProcessGroups init_uncounted_groups(const Rendezvous& where, Backend& bac
   // Each group knows its members' world ranks, so a timeout names the rank and node.
   const int rpn = where.ranks_per_node;
   const GroupMembers members = group_members(W, G, rank);
-  groups.world = make_gloo_comm(store, "world", rank, W, timeout_s, device, rank, GlooPeers{{}, rpn});
+  groups.world = make_gloo_comm(store, "world", rank, W, timeout_s, device, rank, GlooPeers{{}, rpn}, overlap);
   groups.shard = G == 1 ? make_single_comm(backend)
                         : make_gloo_comm(store, "shard" + std::to_string(g), pos, G, timeout_s, device, rank,
-                                         GlooPeers{members.shard, rpn});
+                                         GlooPeers{members.shard, rpn}, overlap);
   if (G < W)
     groups.replicate = make_gloo_comm(store, "replicate" + std::to_string(pos), g, W / G, timeout_s, device, rank,
-                                      GlooPeers{members.replicate, rpn});
+                                      GlooPeers{members.replicate, rpn}, overlap);
   return groups;
 }
 
-ProcessGroups init_process_groups(const Rendezvous& where, Backend& backend, int shard_group_size, double timeout_s) {
-  ProcessGroups groups = init_uncounted_groups(where, backend, shard_group_size, timeout_s);
+ProcessGroups init_process_groups(const Rendezvous& where, Backend& backend, int shard_group_size, double timeout_s,
+                                  bool overlap) {
+  ProcessGroups groups = init_uncounted_groups(where, backend, shard_group_size, timeout_s, overlap);
   // Each group counted, knowing the world ranks of its members.
   const int W = where.world, G = shard_group_size == 0 ? W : shard_group_size;
   const GroupMembers members = group_members(W, G, where.rank);

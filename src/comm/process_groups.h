@@ -50,8 +50,10 @@ struct ProcessGroups {
 // A world of 1 started by hand needs no network and gets single-process comms; on
 // CUDA, a world of 1 started by a launcher gets NCCL comms (the same path as many).
 // NCCL reads its environment at its first call, which happens here: set it before.
+// `overlap` (dist.overlap): Gloo's asynchronous collectives run on a thread of their
+// own beside the compute (comm_gloo.h); NCCL always overlaps through its streams.
 ProcessGroups init_process_groups(const Rendezvous& where, Backend& backend, int shard_group_size,
-                                  double timeout_s);
+                                  double timeout_s, bool overlap = true);
 
 // Whether init_process_groups builds NCCL communicators for this rank: CUDA, and
 // more than one rank or a launched one.

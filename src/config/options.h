@@ -53,6 +53,7 @@ struct DistOptions {
   bool reshard_after_forward = true;  // FSDP: free gathered weights after forward
   double timeout_s = 300;             // limit on every collective and rendezvous wait
   std::string reduce_dtype = "fp32";  // one of reduce_dtypes(): gradients on the wire (reduce-scatter, replica all-reduce)
+  bool overlap = true;                // CPU (Gloo): prefetched gathers and reduce-scatters on a comm thread
 };
 
 // [fabric]: which network NCCL must use, and what it logs (fabric/profile.h).

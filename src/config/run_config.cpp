@@ -83,6 +83,10 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "dtype gradients travel in for the reduce-scatter (and the HSDP replica all-reduce): fp32, or bf16 (the fp32 "
        "gradient rounded to bf16 first: half the bytes; the reduced shard is added to the fp32 gradient)",
        {}, reduce_dtypes()},
+      {"dist.overlap", &c.dist.overlap,
+       "CPU backend: run the prefetched all-gathers and the gradient reduce-scatters (and HSDP all-reduces) on a "
+       "communication thread beside the compute; false runs each inside its call (nothing overlaps; the same "
+       "results bit for bit). On CUDA, NCCL's streams always overlap"},
 
       {"fabric.transport", &c.fabric.transport,
        "network NCCL must use between nodes: efa (AWS OFI plugin on EFA), ib, socket, or auto (NCCL's "

@@ -25,8 +25,10 @@ nlohmann::json predict_json(const std::string& args) {
 }
 
 TEST(PredictCli, TheEmulatedRunOnTheCpu) {
-  const auto j = predict_json(kEmulated + " --inter-gbps 1 --compute-s 0.4");
-  // The CPU defaults: fp32 on the wire, nothing overlapped.
+  // The CPU defaults: fp32 on the wire, overlapped by Gloo's comm thread.
+  EXPECT_EQ(predict_json(kEmulated + " --inter-gbps 1 --compute-s 0.4")["schedule"], "prefetch");
+  // Without the comm thread nothing overlaps.
+  const auto j = predict_json(kEmulated + " --inter-gbps 1 --compute-s 0.4 --dist.overlap=false");
   EXPECT_EQ(j["gather_dtype"], "fp32");
   EXPECT_EQ(j["reduce_dtype"], "fp32");
   EXPECT_EQ(j["schedule"], "none");
@@ -74,7 +76,7 @@ TEST(PredictCli, TheRecipeFromItsConfigAndAGpu) {
 }
 
 TEST(PredictCli, PrintsATable) {
-  const auto r = run_shell(kBin + " predict" + kEmulated + " --inter-gbps 0.2 --compute-s 0.4");
+  const auto r = run_shell(kBin + " predict" + kEmulated + " --inter-gbps 0.2 --compute-s 0.4 --dist.overlap=false");
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* part : {"2 nodes x 1 = 2, full shard over 2", "gradients reduced in fp32", "schedule:  none",
                            "all_gather", "reduce_scatter", "one node's network link: 19.162 MB each way"})

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -382,6 +383,92 @@ TEST(GlooComm, APeerThatExitsIsNamedAtOnce) {
     ST_CHECK(msg.find("rank 4 (0 of 2 in group 'pair'): all_gather: the connection to rank 5 (node 2) failed") == 0,
              "message: '", msg, "'");
     ST_CHECK(took < 5, "took ", took, " s");
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// dist.overlap: the asynchronous forms return at once and run on the comm's thread
+// while the caller goes on; wait() blocks until the collective is done. Rank 1 joins
+// each collective 0.6 s late: rank 0's async call must not wait for it (its wait
+// does), and without the thread the async call itself waits. Several collectives in
+// flight, then a synchronous one, give the same values as one after another.
+TEST(GlooComm, AsyncCollectivesRunBesideTheCaller) {
+  const int port = test::free_port();
+  const auto errors = test::run_ranks(2, [&](int r) {
+    auto store = std::make_shared<TcpStore>("127.0.0.1", port, r, 2, 30);
+    for (bool overlap : {true, false}) {
+      const std::string name = overlap ? "thread" : "inline";
+      auto c = make_gloo_comm(store, name, r, 2, 30, nullptr, -1, {}, overlap);
+      c->barrier();
+      std::vector<float> send(1000, static_cast<float>(r + 1)), gathered(2000), full(2000), part(1000), sum(1000);
+      for (size_t i = 0; i < full.size(); ++i) full[i] = static_cast<float>((r + 1) * (i % 7));
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] = static_cast<float>(r * 1000 + i);
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      const auto t0 = Clock::now();
+      const CommWork g = c->all_gather_async(view(gathered), view(send), 1000);
+      const CommWork s = c->reduce_scatter_async(view(part), view(full), 1000);
+      const CommWork a = c->all_reduce_async(view(sum), 1000);
+      const double queued = std::chrono::duration<double>(Clock::now() - t0).count();
+      // Waited out of order: each wait returns once its own collective is done.
+      c->wait(a);
+      c->wait(g);
+      c->wait(s);
+      const double done = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double total = c->all_reduce_sum(r + 1.0);  // synchronous, after the queue
+      if (r == 0) {
+        if (overlap) {
+          ST_CHECK(queued < 0.2, name, ": the async calls took ", queued, " s (they should return at once)");
+          ST_CHECK(done > 0.4, name, ": the waits took only ", done, " s (rank 1 joined 0.6 s late)");
+        } else {
+          ST_CHECK(queued > 0.4, name, ": the async calls took only ", queued, " s (they run inside the call)");
+        }
+      }
+      for (size_t i = 0; i < 1000; ++i) {
+        ST_CHECK(gathered[i] == 1.0f && gathered[1000 + i] == 2.0f, name, ": all_gather[", i, "]");
+        ST_CHECK(part[i] == 3.0f * static_cast<float>((r * 1000 + i) % 7), name, ": reduce_scatter[", i, "]");
+        ST_CHECK(sum[i] == static_cast<float>(1000 + 2 * i), name, ": all_reduce[", i, "]");
+      }
+      ST_CHECK(total == 3.0, name, ": all_reduce_sum = ", total);
+      c->barrier();
+    }
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// A collective that fails on the comm thread fails its wait, the waits of those queued
+// behind it and every later call, each with the error that names the peer.
+TEST(GlooComm, AFailureOnTheCommThreadReachesEveryLaterWaitAndCall) {
+  const int port = test::free_port();
+  const auto errors = test::run_ranks(2, [&](int r) {
+    auto store = std::make_shared<TcpStore>("127.0.0.1", port, r, 2, 30);
+    auto c = make_gloo_comm(store, "pair", r, 2, 20, nullptr, 4 + r, GlooPeers{{4, 5}, 2}, /*overlap=*/true);
+    c->barrier();
+    if (r == 1) {
+      c.reset();  // closes its connections, as an exiting process does
+      store->set("rank1-gone", {'1'});
+      store->get("rank0-done");
+      return;
+    }
+    store->get("rank1-gone");
+    std::vector<float> v(8, 1.0f), out(16), part(8), buf(8, 1.0f);
+    const CommWork g = c->all_gather_async(view(out), view(v), v.size());
+    const CommWork s = c->reduce_scatter_async(view(part), view(out), v.size());
+    std::vector<std::string> msgs;
+    for (const std::function<void()>& call : std::vector<std::function<void()>>{
+             [&] { c->wait(g); }, [&] { c->wait(s); }, [&] { c->all_reduce(view(buf), buf.size()); },
+             [&] { c->all_reduce_async(view(buf), buf.size()); }}) {
+      try {
+        call();
+        msgs.push_back("");
+      } catch (const Error& e) {
+        msgs.push_back(e.what());
+      }
+    }
+    store->set("rank0-done", {'1'});
+    for (size_t i = 0; i < msgs.size(); ++i)
+      ST_CHECK(msgs[i].find("rank 4 (0 of 2 in group 'pair'): all_gather: the connection to rank 5 (node 2) failed") ==
+                   0,
+               "call ", i, ": '", msgs[i], "'");
   });
   for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }

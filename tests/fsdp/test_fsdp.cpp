@@ -221,7 +221,8 @@ class DeferredComm final : public Comm {
 // final weights are bit-identical to those through the same comm used synchronously,
 // with gathers prefetched and reductions retired late (several collectives in flight
 // at once), no input touched while in flight, and nothing left in flight after a
-// step. Plain FSDP over both ranks, and HSDP with the replicate all-reduce across
+// step. The real overlap, Gloo's comm thread (dist.overlap), trains the same bit for
+// bit too. Plain FSDP over both ranks, and HSDP with the replicate all-reduce across
 // them; with and without resharding after forward; gradients reduced in f32 and in
 // bf16 (which trains close to f32, not equal to it).
 TEST(Fsdp, OverlappedCollectivesGiveTheSameTraining) {
@@ -231,8 +232,12 @@ TEST(Fsdp, OverlappedCollectivesGiveTheSameTraining) {
   const auto errors = test::run_ranks(world, [&](int rank) {
     auto be = make_cpu_backend();
     auto store = std::make_shared<TcpStore>("127.0.0.1", port, rank, world, 30);
-    auto gloo_shard = make_gloo_comm(store, "shard", rank, world, 30);
-    auto gloo_rep = make_gloo_comm(store, "replicate", rank, world, 30);
+    // Synchronous Gloo (dist.overlap = false) is the reference; the same comm on its
+    // own thread (dist.overlap = true) must train the same bit for bit.
+    auto gloo_shard = make_gloo_comm(store, "shard", rank, world, 30, nullptr, -1, {}, /*overlap=*/false);
+    auto gloo_rep = make_gloo_comm(store, "replicate", rank, world, 30, nullptr, -1, {}, /*overlap=*/false);
+    auto thread_shard = make_gloo_comm(store, "shard_thread", rank, world, 30, nullptr, -1, {}, /*overlap=*/true);
+    auto thread_rep = make_gloo_comm(store, "replicate_thread", rank, world, 30, nullptr, -1, {}, /*overlap=*/true);
     auto single = make_single_comm(*be);
     auto train = [&](Comm& shard, Comm* replicate, bool reshard, DType reduce, DeferredComm* watch) {
       ParamLayout layout(c);
@@ -274,12 +279,18 @@ TEST(Fsdp, OverlappedCollectivesGiveTheSameTraining) {
           Comm& base_shard = hsdp ? *single : *gloo_shard;
           Comm* base_rep = hsdp ? gloo_rep.get() : nullptr;
           const std::vector<double> want = train(base_shard, base_rep, reshard, reduce, nullptr);
+          const std::vector<double> threaded =
+              train(hsdp ? *single : *thread_shard, hsdp ? thread_rep.get() : nullptr, reshard, reduce, nullptr);
           DeferredComm shard(base_shard), rep(*gloo_rep);
           const std::vector<double> got = train(shard, hsdp ? &rep : nullptr, reshard, reduce, &shard);
           const std::string what = std::string("rank ") + std::to_string(rank) + (hsdp ? " hsdp" : " fsdp") +
                                    (reshard ? " reshard" : " no-reshard") + " reduced in " +
                                    std::string(dtype_name(reduce)) + ": ";
-          ST_CHECK(got.size() == want.size(), what, "trace sizes differ");
+          ST_CHECK(got.size() == want.size() && threaded.size() == want.size(), what, "trace sizes differ");
+          size_t threaded_differ = 0;
+          for (size_t i = 0; i < got.size(); ++i) threaded_differ += !(threaded[i] == want[i]);
+          ST_CHECK(threaded_differ == 0, what, threaded_differ, " of ", got.size(),
+                   " values differ between Gloo on its comm thread and Gloo in the call");
           size_t differ = 0;
           for (size_t i = 0; i < got.size(); ++i) differ += !(got[i] == want[i]);
           ST_CHECK(differ == 0, what, differ, " of ", got.size(), " values differ from the synchronous run");
