@@ -132,6 +132,7 @@ def cmd_record(d, a):
     rx = [None if r is None or not n else round(r / n) for _, r in c]
     rec = dict(a)
     rec["link_mbit"] = a.get("link_mbit") or None
+    rec["overlap"] = a.get("overlap", "off") == "on"
     rec["delay_ms"] = a.get("delay_ms") or 0
     rec["steps_done"] = n
     rec["node_exit_codes"] = rcs(d)
@@ -149,6 +150,13 @@ def cmd_record(d, a):
     rec["comm_metrics"] = med
     rec["comm_inter_tx_bytes_per_step"] = per_node
     rec["comm_vs_counter"] = agree
+    # The communication the step waited for (rank 0's comm_blocked_s: with the comm
+    # thread, the waits for collectives still running; without it, every collective),
+    # and what is left of the step: its compute (predict's --compute-s).
+    blocked = median([r["comm_blocked_s"] for r in timed if isinstance(r.get("comm_blocked_s"), (int, float))])
+    rec["exposed_comm_s"] = blocked
+    rec["compute_s"] = (round(rec["step_s"] - blocked, 4) if rec["step_s"] is not None and blocked is not None
+                        else None)
     try:
         pred = json.load(open(os.path.join(d, "predict.json")))
         rec["predicted_step_s"] = find_number(pred, ("predicted_step_s", "step_s", "predicted_s", "total_s"))
@@ -255,18 +263,20 @@ def table(doc):
     print(f"\nscaleout: {doc['date']}, commit {doc['commit']}, {m['nproc']} cores, kernel {m['kernel']}, "
           f"load average {' '.join(m['loadavg_start'])} at the start, {' '.join(m.get('loadavg_end') or [])} "
           f"at the end; netem {'available' if m['netem_available'] else 'missing'}\n")
-    print("| nodes x ranks | strategy | link | one TCP flow Mbit/s | steps | step s (median) | steps/s | tokens/s | "
-          "tx MB/step per node | rx MB/step per node | comm_ MB/step | predicted s | pred/meas |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
+    print("| nodes x ranks | strategy | overlap | link | one TCP flow Mbit/s | steps | step s (median) | steps/s | "
+          "tokens/s | exposed comm s | tx MB/step per node | rx MB/step per node | comm_ MB/step | predicted s | "
+          "pred/meas |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
     for r in doc["runs"]:
         link = "no limit" if not r["link_mbit"] else f"{r['link_mbit']} Mbit/s"
         if r.get("delay_ms"):
             link += f" + {r['delay_ms']} ms"
         ratio = r["predicted_step_s"] / r["step_s"] if r.get("predicted_step_s") and r["step_s"] else None
-        print(f"| {r['nodes']} x {r['ranks_per_node']} | {r['strategy']} | {link} | "
+        print(f"| {r['nodes']} x {r['ranks_per_node']} | {r['strategy']} | {'on' if r.get('overlap') else 'off'} | {link} | "
               f"{f(r.get('tcp_one_flow_mbit'), '.0f')} | {r['steps_done']}/{r['steps']} | "
               f"{f(r['step_s'], '.3f')} | {f(1 / r['step_s'] if r['step_s'] else None, '.3f')} | "
-              f"{f(r['tokens_per_s'], '.0f')} | {' / '.join(mb(x) for x in r['tx_bytes_per_step'])} | "
+              f"{f(r['tokens_per_s'], '.0f')} | {f(r.get('exposed_comm_s'), '.3f')} | "
+              f"{' / '.join(mb(x) for x in r['tx_bytes_per_step'])} | "
               f"{' / '.join(mb(x) for x in r['rx_bytes_per_step'])} | {mb(r.get('comm_inter_tx_bytes_per_step'))} | "
               f"{f(r.get('predicted_step_s'), '.3f')} | {f(ratio, '.3f')} |")
     if doc["faults"]:
@@ -319,7 +329,7 @@ def cmd_check(out):
     groups = {}
     for r in doc["runs"]:
         if r["ok"] and r["step_s"] and not r.get("delay_ms"):
-            groups.setdefault((r["nodes"], r["ranks_per_node"], r["strategy"]), []).append(r)
+            groups.setdefault((r["nodes"], r["ranks_per_node"], r["strategy"], r.get("overlap")), []).append(r)
     for g in groups.values():
         g.sort(key=lambda r: -(r["link_mbit"] or float("inf")))
         for fast, slow in zip(g, g[1:]):

@@ -29,7 +29,9 @@ Usage: bench/scaleout.sh [OPTIONS] OUT
   (root; needs ip and tc from iproute2, and python3)
 
 Sweeps link rate x strategy (FSDP full shard, HSDP) x shape over an emulated cluster
-of network namespaces and writes OUT/scaleout.json and a table on stdout.
+of network namespaces and writes OUT/scaleout.json, a table on stdout, and
+OUT/scaleout.html with OUT/scaleout.svg (steps/s against link rate, measured and
+predicted: shardtrain report --scaleout OUT).
 
   --quick            the CI variant: 2 nodes x 1 rank, FSDP, no limit and 200 Mbit/s,
                      one fault (node lost); under 3 minutes; exits 1 only on a
@@ -41,6 +43,9 @@ of network namespaces and writes OUT/scaleout.json and a table on stdout.
   --rates LIST       link rates in Mbit/s, 0 = no limit (default "0 1000 200 50");
                      "200@2" is 200 Mbit/s plus 2 ms delay (needs sch_netem; the
                      default list adds it when the kernel has netem)
+  --overlap LIST     on and/or off (default "on"): dist.overlap, the CPU backend's
+                     communication thread (on: prefetched gathers and reduce-scatters
+                     overlap compute; off: every collective runs inside its call)
   --strategies LIST  fsdp and/or hsdp (default "fsdp hsdp"); HSDP shards within a node
                      (dist.shard_group_size = ranks per node) and replicates across
                      nodes, so with 1 rank per node it is pure replication
@@ -63,7 +68,7 @@ Environment: SCALEOUT_MODEL overrides the model options (default
 EOF
 }
 
-QUICK=0 FULL=0 NODES=2 RPN=1 RATES="" STRATS="fsdp hsdp" FAULTS="linkdown nodekill nodelost"
+QUICK=0 FULL=0 NODES=2 RPN=1 RATES="" STRATS="fsdp hsdp" FAULTS="linkdown nodekill nodelost" OVERLAPS="on"
 STEPS=8 SLOW_STEPS=5 FAULT_TIMEOUT=20 BIN=build/shardtrain OUT="" SYSCTLS=()
 while (($#)); do
   case $1 in
@@ -74,6 +79,7 @@ while (($#)); do
     --ranks-per-node) RPN=$2; shift ;;
     --rates) RATES=$2; shift ;;
     --strategies) STRATS=$2; shift ;;
+    --overlap) OVERLAPS=$2; shift ;;
     --faults) FAULTS=$2; shift ;;
     --steps) STEPS=$2; SLOW_STEPS=$2; shift ;;
     --timeout-s) FAULT_TIMEOUT=$2; shift ;;
@@ -89,6 +95,7 @@ die() { echo "scaleout: $*" >&2; exit 2; }
 [[ $NODES =~ ^[2-4]$ ]] || die "--nodes must be 2, 3 or 4"
 [[ $RPN =~ ^[1-4]$ ]] || die "--ranks-per-node must be 1..4"
 [[ $STEPS =~ ^[0-9]+$ ]] && ((STEPS >= 3)) || die "--steps must be at least 3 (2 are not timed)"
+for o in $OVERLAPS; do [[ $o == on || $o == off ]] || die "--overlap takes on and/or off, not '$o'"; done
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces and tc)"
 for c in ip tc python3; do command -v $c >/dev/null || die "needs $c (ip and tc: iproute2; scripts/setup.sh installs it)"; done
 [ -x "$BIN" ] || die "no shardtrain binary at $BIN (build it: cmake --build build --target shardtrain)"
@@ -149,7 +156,7 @@ if ((NETEM)); then echo "scaleout: sch_netem available: delay settings are run"
 else echo "scaleout: this kernel has no sch_netem (tc netem fails): no delay, jitter or loss settings, rate limits only"; fi
 
 if ((QUICK)); then
-  SHAPES="2x1" STRATS="fsdp" FAULTS="nodelost"
+  SHAPES="2x1" STRATS="fsdp" FAULTS="nodelost" OVERLAPS="on"
   [ -n "$RATES" ] || RATES="0 200"
   STEPS=5 SLOW_STEPS=5
 elif ((FULL)); then
@@ -249,6 +256,7 @@ counters() {  # K: "tx rx" of each node's veth, one node a line
 
 PORT=29600
 RUNNO=0
+RUN_EXTRA=()  # more train options for the next start_nodes (dist.overlap)
 # start_nodes NAME K P SGS STEPS TIMEOUT_S: one `launch` per node, in the background;
 # sets NODE_PIDS; rank 0 writes OUT/runs/NAME/metrics.jsonl.
 start_nodes() {
@@ -265,7 +273,7 @@ start_nodes() {
       "$BIN" launch --nnodes "$k" --node-rank "$i" --nproc-per-node "$p" \
       --master-addr 198.18.0.1 --master-port "$PORT" --job-id "scaleout-$$-$name" -- \
       train "${MODEL[@]}" "${TRAIN[@]}" --train.steps="$steps" --dist.shard_group_size="$sgs" \
-      --dist.timeout_s="$tmo" --run.out_dir="$dir" > "$dir/node$i.log" 2>&1 &
+      --dist.timeout_s="$tmo" "${RUN_EXTRA[@]}" --run.out_dir="$dir" > "$dir/node$i.log" 2>&1 &
     NODE_PIDS+=($!)
   done
   echo "$threads" > "$dir/openblas_threads"
@@ -310,16 +318,20 @@ predict_help=$("$BIN" predict --help 2>&1 || true)
 [[ $predict_help == *"Usage: "*predict* ]] && HAVE_PREDICT=1
 ((HAVE_PREDICT)) || echo "scaleout: '$BIN predict' is not there: predicted_step_s stays null"
 
-# run_one K P STRATEGY RATE DELAY: one timed run; its record goes to OUT/runs/NAME/.
-declare -A BASE_S   # the unlimited-link median step of (shape, strategy): predict's --compute-s
+# run_one K P STRATEGY RATE DELAY OVERLAP: one timed run; its record goes to OUT/runs/NAME/.
+# predict's --compute-s for (shape, strategy, overlap): the unlimited-link run's median
+# step less its median exposed communication (comm_blocked_s), i.e. its compute
+declare -A BASE_S
+declare -A INTRA_MBIT  # one TCP flow over a node's loopback, per shape with ranks sharing a node
 run_one() {
-  local k=$1 p=$2 strat=$3 rate=$4 delay=$5 sgs=0 steps=$STEPS
+  local k=$1 p=$2 strat=$3 rate=$4 delay=$5 overlap=$6 sgs=0 steps=$STEPS
   [ "$strat" = hsdp ] && sgs=$p
   ((rate != 0 && rate < 200)) && steps=$SLOW_STEPS
   RUNNO=$((RUNNO + 1))
   local name
   name=$(printf '%02d_%dx%d_%s_%s' "$RUNNO" "$k" "$p" "$strat" "$( [ "$rate" = 0 ] && echo nolimit || echo "${rate}mbit")")
   [ "$delay" != 0 ] && name+="_${delay}ms"
+  [ "$overlap" = off ] && name+="_nooverlap"
   local dir="$OUT/runs/$name"
   mkdir -p "$dir"
   shape "$k" "$rate" "$delay" || { echo "scaleout: $name: tc failed"; return 1; }
@@ -328,26 +340,42 @@ run_one() {
   local rx=$!
   ip netns exec "${PFX}n0" python3 "$HERE/scaleout.py" tcp-send 198.18.0.2 5201 2 > "$dir/tcp_mbit" 2> "$dir/tcp.err"
   wait "$rx" 2>/dev/null
+  if ((p > 1)) && [ -z "${INTRA_MBIT[$k.$p]:-}" ]; then  # ranks of one node talk over its loopback
+    ip netns exec "${PFX}n0" python3 "$HERE/scaleout.py" tcp-recv 5202 &
+    rx=$!
+    INTRA_MBIT[$k.$p]=$(ip netns exec "${PFX}n0" python3 "$HERE/scaleout.py" tcp-send 127.0.0.1 5202 1 2>/dev/null)
+    wait "$rx" 2>/dev/null
+  fi
   counters "$k" > "$dir/counters_before"
   local t1 t2 ok=1
   t1=$(date +%s.%N)
+  RUN_EXTRA=(--dist.overlap="$( [ "$overlap" = on ] && echo true || echo false)")
   start_nodes "$name" "$k" "$p" "$sgs" "$steps" 120
+  RUN_EXTRA=()
   wait_nodes "$name" 900 || ok=0
   t2=$(date +%s.%N)
   counters "$k" > "$dir/counters_after"
-  local pred=""
-  if ((HAVE_PREDICT)) && [ "$rate" != 0 ] && [ -n "${BASE_S[$k.$p.$strat]:-}" ]; then
+  local key="$k.$p.$strat.$overlap"
+  if ((HAVE_PREDICT)) && [ "$rate" != 0 ] && [ -n "${BASE_S[$key]:-}" ]; then
+    # The link as one TCP flow measured it just before the run (the payload rate a
+    # collective can get), else the tbf rate; loopback within a node likewise.
+    local gbps intra=()
+    gbps=$(python3 -c "print(float(open('$dir/tcp_mbit').read()) / 1000)" 2>/dev/null) || gbps=$(python3 -c "print($rate / 1000)")
+    ((p > 1)) && intra=(--intra-gbps "$(python3 -c "print(float('${INTRA_MBIT[$k.$p]:-20000}')/1000)")" --intra-latency-us 10)
     "$BIN" predict "${MODEL[@]}" "${TRAIN[@]}" --train.steps="$steps" --dist.shard_group_size="$sgs" \
-      --nodes "$k" --ranks-per-node "$p" --inter-gbps "$(python3 -c "print($rate/1000)")" \
-      --inter-latency-us "$((delay * 1000))" --compute-s "${BASE_S[$k.$p.$strat]}" --schedule none --json \
+      --nodes "$k" --ranks-per-node "$p" --inter-gbps "$gbps" "${intra[@]}" \
+      --inter-latency-us "$((delay * 1000 + 10))" --compute-s "${BASE_S[$key]}" \
+      --schedule "$( [ "$overlap" = on ] && echo prefetch || echo none)" --json \
       > "$dir/predict.json" 2> "$dir/predict.err" || echo "scaleout: $name: predict failed (see $dir/predict.err)"
   fi
-  python3 "$HERE/scaleout.py" record "$dir" nodes=$k ranks_per_node=$p strategy=$strat \
-    shard_group_size=$sgs link_mbit=$rate delay_ms=$delay steps=$steps wall_s="$(python3 -c "print(round($t2-$t1,2))")"
+  python3 "$HERE/scaleout.py" record "$dir" nodes=$k ranks_per_node=$p strategy=$strat overlap=$overlap \
+    shard_group_size=$sgs link_mbit=$rate delay_ms=$delay steps=$steps wall_s="$(python3 -c "print(round($t2-$t1,2))")" \
+    intra_one_flow_mbit="${INTRA_MBIT[$k.$p]:-}"
   echo "$name" >> "$OUT/runs.order"
-  local med
+  local med compute
   med=$(python3 -c "import json; print(json.load(open('$dir/record.json'))['step_s'] or '')")
-  [ "$rate" = 0 ] && [ "$delay" = 0 ] && [ -n "$med" ] && BASE_S[$k.$p.$strat]=$med
+  compute=$(python3 -c "import json; print(json.load(open('$dir/record.json')).get('compute_s') or '')")
+  [ "$rate" = 0 ] && [ "$delay" = 0 ] && [ -n "$compute" ] && BASE_S[$key]=$compute
   stamp "$name: $( ((ok)) && echo "median step ${med} s" || echo "FAILED (see $dir/node*.log)")"
   return $((1 - ok))
 }
@@ -430,7 +458,7 @@ for sh_ in $SHAPES; do
       if [ "$delay" != 0 ] && ((!NETEM)); then
         echo "scaleout: skipping $r (delay needs sch_netem, which this kernel lacks)"; continue
       fi
-      run_one "$k" "$p" "$strat" "$rate" "$delay" || FAILED=1
+      for ov in $OVERLAPS; do run_one "$k" "$p" "$strat" "$rate" "$delay" "$ov" || FAILED=1; done
     done
   done
   net_down
@@ -440,6 +468,13 @@ for f in $FAULTS; do fault_one "$f" || FAILED=1; done
 cut -d' ' -f1-3 /proc/loadavg > "$OUT/loadavg_end"
 python3 "$HERE/scaleout.py" assemble "$OUT" || FAILED=1
 stamp "wrote $OUT/scaleout.json"
+# The page: steps/s against link rate, measured and predicted, and the tables
+# (shardtrain report --scaleout; a binary without it is told apart by its help, read
+# whole: grep -q would break the pipe under pipefail).
+report_help=$("$BIN" report --help 2>&1)
+if [[ $report_help == *--scaleout* ]]; then
+  "$BIN" report --scaleout "$OUT" --out "$OUT/scaleout.html" --svg "$OUT/scaleout.svg" || FAILED=1
+fi
 if ((QUICK)); then
   python3 "$HERE/scaleout.py" check "$OUT" || exit 1
   exit 0
