@@ -32,6 +32,7 @@ struct PredictArgs {
   std::string schedule;                        // "" = by train.device
   std::string gather_dtype, reduce_dtype;  // "": by train.device / dist.reduce_dtype
   bool json = false;
+  double host_net_ns_per_byte = 0, host_cores_per_node = 0;
 };
 
 void print_table(const StepModelInput& in, const StepPrediction& p, const ComputeBasis& basis) {
@@ -58,6 +59,11 @@ void print_table(const StepModelInput& in, const StepPrediction& p, const Comput
   else
     std::printf("  compute:   %.4g s per step (given)\n", p.compute_s);
   std::printf("  schedule:  %s\n", schedule_name(in.schedule));
+  if (in.host_net_s_per_byte > 0)
+    std::printf("  host:      the network stack takes %.3g ns of CPU per byte, on %g cores per node: %.4g s per step\n",
+                in.host_net_s_per_byte * 1e9,
+                in.host_cores_per_node > 0 ? in.host_cores_per_node : static_cast<double>(in.ranks_per_node),
+                p.host_net_s);
   std::printf("step             %10.4f s    %.4g steps/s\n", p.step_s, p.steps_per_s);
   std::printf("tokens/s         %10.1f per rank, %.1f cluster\n", p.tokens_per_s_per_rank, p.tokens_per_s_cluster);
   std::printf("communication    %10.4f s    inter-node link %.4f s, exposed %.4f s\n", p.comm_s, p.comm_inter_s,
@@ -84,6 +90,8 @@ int run_predict(const PredictArgs& a) {
   if (!a.reduce_dtype.empty()) in.reduce_dtype_bytes = a.reduce_dtype == "bf16" ? 2 : 4;
   in.intra = a.intra;
   in.inter = a.inter;
+  in.host_net_s_per_byte = a.host_net_ns_per_byte * 1e-9;
+  in.host_cores_per_node = a.host_cores_per_node;
   // NCCL overlaps through its streams; Gloo through its comm thread unless
   // dist.overlap = false, when every collective runs inside its call.
   in.schedule = parse_schedule(!a.schedule.empty()                                   ? a.schedule
@@ -144,6 +152,14 @@ Command add_predict_command(CLI::App& root) {
   app->add_option("--intra-latency-us", a->intra.latency_us, "latency of a ring step within a node (us)")
       ->check(finite_in(0, 1e7))
       ->capture_default_str();
+  app->add_option("--host-net-ns-per-byte", a->host_net_ns_per_byte,
+                  "CPU ranks: nanoseconds of CPU the hosts' network stack spends per byte between nodes (one "
+                  "flow's sender and receiver together), taken from the cores that compute; 0 for GPUs")
+      ->check(finite_in(0, 1e6))
+      ->capture_default_str();
+  app->add_option("--host-cores-per-node", a->host_cores_per_node,
+                  "cores one node has for its ranks and its network stack (default: one per rank)")
+      ->check(finite_in(0, 1e6));
   CLI::Option* compute = app->add_option("--compute-s", a->compute_s,
                                          "seconds one rank computes per step, without communication")
                              ->check(finite_in(0, 1e7));

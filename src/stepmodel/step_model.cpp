@@ -138,6 +138,9 @@ void validate_step_model_input(const StepModelInput& in) {
   for (int b : {in.gather_dtype_bytes, in.reduce_dtype_bytes})
     ST_CHECK_CONFIG(b == 2 || b == 4, "step model: a dtype on the wire of ", b, " bytes (2: bf16, 4: fp32)");
   ST_CHECK_CONFIG(in.compute_s >= 0, "step model: compute seconds ", in.compute_s, " below 0");
+  ST_CHECK_CONFIG(in.host_net_s_per_byte >= 0 && in.host_cores_per_node >= 0, "step model: host network cost ",
+                  in.host_net_s_per_byte, " s/byte over ", in.host_cores_per_node,
+                  " cores per node (neither may be negative)");
   for (const Link* l : {&in.intra, &in.inter})
     ST_CHECK_CONFIG(l->gbps >= 0 && l->latency_us >= 0, "step model: a link of ", l->gbps, " Gbit/s and ",
                     l->latency_us, " us (neither may be negative)");
@@ -198,6 +201,19 @@ std::vector<Collective> step_collectives(const StepModelInput& in) {
   return out;
 }
 
+double replica_start_share(const StepModelInput& in) {
+  const ModelConfig& m = in.model;
+  if (m.num_layers == 0) return 0;
+  // FLOPs per token, in parameters: each block's and the lm_head's matmuls (the head
+  // is computed whether or not it is tied), and attention's 6 x hidden x seq_len a layer.
+  const double block = static_cast<double>(block_numel(m)) + static_cast<double>(m.hidden_size) * in.seq_len;
+  const double head = static_cast<double>(m.vocab_size) * m.hidden_size;
+  const double total = 6 * (block * m.num_layers + head);
+  const double before = 2 * block * m.num_layers + 6 * head + 4 * block;  // forward, head, the last block's backward
+  const int A = in.grad_accum;
+  return (A - 1 + before / total) / A;
+}
+
 StepPrediction predict_step(const StepModelInput& in) {
   validate_step_model_input(in);
   const RingShape shapes[] = {ring_shape(in, CommGroup::Shard), ring_shape(in, CommGroup::Replicate),
@@ -225,10 +241,18 @@ StepPrediction predict_step(const StepModelInput& in) {
      : c.kind == CollectiveKind::ReduceScatter ? p.comm_s_reduce_scatter
                                                : p.comm_s_all_reduce) += seconds;
   }
-  if (in.schedule == OverlapSchedule::None)
-    p.step_s = p.compute_s + p.comm_s;
-  else  // each communicator's stream runs beside the compute; the exposed ends add
-    p.step_s = std::max({p.compute_s, hideable[0], hideable[1], hideable[2]}) + exposed;
+  // The node's network work on its own cores (CPU ranks): it runs during the
+  // collectives, so without overlap it hides in their time, and with overlap it
+  // takes cores from the compute.
+  const double cores = in.host_cores_per_node > 0 ? in.host_cores_per_node : in.ranks_per_node;
+  p.host_net_s = in.host_net_s_per_byte * p.inter_node_bytes_per_node / cores;
+  if (in.schedule == OverlapSchedule::None) {
+    p.step_s = p.compute_s + std::max(p.comm_s, p.host_net_s);
+  } else {  // each communicator's stream runs beside the compute from its start; the exposed ends add
+    const double busy = p.compute_s + p.host_net_s;
+    const double replica_start = hideable[1] > 0 ? replica_start_share(in) * busy : 0;
+    p.step_s = std::max({busy, hideable[0], replica_start + hideable[1], hideable[2]}) + exposed;
+  }
   p.exposed_comm_s = p.step_s - p.compute_s;
   if (p.step_s > 0) {
     p.steps_per_s = 1 / p.step_s;

@@ -48,6 +48,12 @@ struct StepModelInput {
   double compute_s = 0;              // forward + backward + optimizer of one rank's step, no communication
   Link intra, inter;                 // between ranks of one node; between nodes (one node's network link)
   OverlapSchedule schedule = OverlapSchedule::None;
+  // The host's own cost of moving bytes between nodes, where the network stack runs on
+  // the cores that compute (CPU ranks over TCP; 0 where a NIC and a GPU do the work):
+  // CPU seconds per byte of one flow, its sender's and receiver's together, and the
+  // cores one node has for it and its ranks' compute (0: one per rank).
+  double host_net_s_per_byte = 0;
+  double host_cores_per_node = 0;
 
   int world() const { return nodes * ranks_per_node; }
   int shard_group() const { return shard_group_size == 0 ? world() : shard_group_size; }
@@ -116,6 +122,7 @@ struct StepPrediction {
   double comm_s = 0;            // every collective of the step, one after another
   double comm_inter_s = 0;      // of that, the inter-node link's part (its bytes / its rate + its latencies)
   double exposed_comm_s = 0;    // step_s - compute_s: communication that compute did not hide
+  double host_net_s = 0;        // the node's network work on its own cores, per core (host_net_s_per_byte)
   double step_s = 0;
   double steps_per_s = 0, tokens_per_s_per_rank = 0, tokens_per_s_cluster = 0;
   // Bytes one rank sends per step (and receives: a ring is symmetric), mean over the
@@ -130,9 +137,20 @@ struct StepPrediction {
 // ranks, each rank sends s = (R-1) x count x dtype bytes (all-gather,
 // reduce-scatter) or 2(R-1)/R x count x dtype bytes (all-reduce) in R-1 or 2(R-1)
 // steps; its time is steps x latency + s x max(edges on the busiest intra-node link
-// / intra rate, edges on the busiest node's network link / inter rate). Then
-//   none:      step = compute + comm
-//   prefetch:  step = max(compute, each communicator's hideable collectives) + exposed
+// / intra rate, edges on the busiest node's network link / inter rate). With
+// host = host_net_s_per_byte x the node's inter-node bytes each way / its cores:
+//   none:      step = compute + max(comm, host)
+//   prefetch:  step = max(compute + host, each communicator's start + hideable collectives) + exposed
+// where a communicator's start is the compute before its first collective can run:
+// none for the shard group (its first gathers run from the step's start), the
+// forward, the head and the last block's backward for the replicate group (its
+// all-reduces wait for gradients), scaled by compute + host.
 StepPrediction predict_step(const StepModelInput& in);
+
+// Of a step's compute, the share done before the replicate group's first all-reduce
+// can start (HSDP): the micro-batches before the last, then the forward, the lm_head's
+// forward and backward and the backward of the last block (FLOPs: 2 per parameter and
+// token forward, 4 backward), over all of it.
+double replica_start_share(const StepModelInput& in);
 
 }  // namespace st

@@ -233,6 +233,56 @@ TEST(StepModel, PrefetchHidesAllButTheEndsOfAMicroBatch) {
   EXPECT_NEAR(predict_step(in).step_s, 0.01 + p.comm_s, 1e-12);
 }
 
+// CPU ranks: the hosts' network stack runs on the cores that compute. Overlapped, its
+// time adds to the compute; not overlapped, it hides inside the collectives' time
+// unless it is longer than them. None by default (GPUs).
+TEST(StepModel, HostNetworkWorkTakesCoresFromTheCompute) {
+  StepModelInput in = emulated_run(1);
+  in.schedule = OverlapSchedule::Prefetch;
+  in.compute_s = 2;
+  const StepPrediction base = predict_step(in);
+  EXPECT_EQ(base.host_net_s, 0);
+  in.host_net_s_per_byte = 8e-9;  // 8 ns a byte: 0.153 s for the 19.16 MB each way
+  const StepPrediction p = predict_step(in);
+  EXPECT_NEAR(p.host_net_s, 8e-9 * p.inter_node_bytes_per_node, 1e-12);
+  EXPECT_NEAR(p.step_s, base.step_s + p.host_net_s, 1e-12);
+  in.host_cores_per_node = 2;  // two cores for one rank's node: half the time
+  EXPECT_NEAR(predict_step(in).host_net_s, p.host_net_s / 2, 1e-12);
+  in.host_cores_per_node = 0;
+  in.schedule = OverlapSchedule::None;  // hidden in the collectives' own time...
+  EXPECT_NEAR(predict_step(in).step_s, 2 + p.comm_s, 1e-12);
+  in.host_net_s_per_byte = 1e-6;  // ...unless it is the longer of the two
+  const StepPrediction cpu_bound = predict_step(in);
+  EXPECT_NEAR(cpu_bound.step_s, 2 + cpu_bound.host_net_s, 1e-12);
+}
+
+// HSDP's all-reduces wait for gradients: the replicate stream starts after the forward,
+// the head and the last block's backward, so a link-bound HSDP step is that compute
+// plus the all-reduces, not the all-reduces alone.
+TEST(StepModel, TheReplicateStreamStartsInTheBackward) {
+  StepModelInput in = emulated_run(0.01);  // 10 Mbit/s: the link binds
+  in.shard_group_size = 1;                 // 2 x 1 HSDP: pure replication
+  in.schedule = OverlapSchedule::Prefetch;
+  in.compute_s = 1;
+  const double share = replica_start_share(in);
+  // 4 blocks of 787,456 + 256 x 64 (attention) FLOP-parameters, a 256 x 256 head:
+  // before = forward (2 x 4 blocks) + head (6) + one block's backward (4).
+  const double block = 787456 + 256 * 64, head = 256 * 256;
+  EXPECT_NEAR(share, (2 * 4 * block + 6 * head + 4 * block) / (6 * (4 * block + head)), 1e-12);
+  const StepPrediction p = predict_step(in);
+  EXPECT_GT(p.step_s, share * 1 + 0.9 * p.comm_s);
+  EXPECT_LT(p.step_s, share * 1 + p.comm_s + 1e-9);
+  // Two micro-batches: only the last one's all-reduces; the first micro-batch's
+  // compute comes before them too.
+  in.grad_accum = 2;
+  EXPECT_NEAR(replica_start_share(in), (1 + share) / 2, 1e-12);
+  // Full shard has no replicate stream: nothing waits.
+  in = emulated_run(0.01);
+  in.schedule = OverlapSchedule::Prefetch;
+  in.compute_s = 1;
+  EXPECT_NEAR(predict_step(in).step_s, predict_step(in).comm_s, 1e-12);
+}
+
 // The recipe: Qwen2.5-1.5B, 2 x g6.12xlarge (4 L4 each), 4 x 2048 tokens per GPU,
 // bf16 gathers (GPU), fp32 reduce-scatters (the code today).
 StepModelInput recipe(int reduce_bytes) {
@@ -321,7 +371,8 @@ TEST(StepModel, JsonHasEveryDocumentedField) {
         "reshard_after_forward", "schedule", "intra_gbps", "intra_latency_us", "inter_gbps", "inter_latency_us",
         "compute_source", "gpu", "gpu_bf16_tflops", "mfu", "compute_s", "comm_s", "comm_inter_s", "exposed_comm_s",
         "step_s", "steps_per_s", "tokens_per_s_per_rank", "tokens_per_s_cluster", "bytes_per_rank",
-        "comm_s_by_kind", "inter_node_bytes_per_node", "collectives_per_step"})
+        "comm_s_by_kind", "inter_node_bytes_per_node", "collectives_per_step", "host_net_ns_per_byte",
+        "host_cores_per_node", "host_net_s"})
     EXPECT_TRUE(j.contains(key)) << key;
   for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"}) {
     EXPECT_TRUE(j["bytes_per_rank"][kind].contains("intra")) << kind;
