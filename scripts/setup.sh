@@ -15,6 +15,7 @@ packages=(
   libcli11-dev           # command line
   libgtest-dev           # tests
   libgloo-dev            # CPU collectives over TCP (multi-rank runs without GPUs)
+  libssl-dev             # the rendezvous' job secret: HMAC-SHA256 challenge-response (OpenSSL libcrypto)
   libyaml-cpp-dev        # Kubernetes manifests (deploy)
   libxxhash-dev          # checkpoint file hashes (XXH3-128)
   libpcre2-dev           # tokenizer: the pre-tokenizer regex (PCRE2, JIT)

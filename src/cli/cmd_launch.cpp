@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -6,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "comm/tcp_store.h"
 #include "core/error.h"
 #include "launch/env.h"
 #include "launch/launcher.h"
@@ -57,6 +59,11 @@ Command add_launch_command(CLI::App& root) {
                   "This job's identity, given to every rank as SHARDTRAIN_JOB_ID: the rendezvous refuses a rank "
                   "of another job (two jobs on one --master-port). Default: SHARDTRAIN_JOB_ID, else a random one "
                   "for a one-node job; a job of several nodes needs the same value on each node to be checked");
+  app->add_option("--secret-file", opt->job_secret,
+                  "Read the job secret from this file (its first line; at least 16 bytes), given to every rank as "
+                  "SHARDTRAIN_JOB_SECRET: a process joins the rendezvous only by proving it holds the secret "
+                  "(docs/operations.md, \"Rendezvous security\"). Default: SHARDTRAIN_JOB_SECRET, else a random one "
+                  "for a one-node job; every node of a larger job needs the same secret");
   // Everything after `--` lands here: CLI11 takes what follows it as positionals only.
   app->add_option("args", opt->args, "Arguments for every rank, after `--` (a shardtrain command by default)");
   // Without `--`, a rank's options (`train --config x`) would be taken as launch's own
@@ -87,6 +94,22 @@ Command add_launch_command(CLI::App& root) {
               char id[32];
               std::snprintf(id, sizeof id, "launch-%08x%08x", rd(), rd());
               opt->job_id = id;
+            }
+            // The secret: from the file, else the environment's (kept as is), else a new
+            // one for a job that is all on this node.
+            if (!opt->job_secret.empty()) {
+              const std::string path = opt->job_secret;
+              std::ifstream in(path);
+              ST_CHECK_CONFIG(in.good(), "launch --secret-file ", path, ": cannot be read");
+              std::string text;
+              std::getline(in, text);
+              while (!text.empty() && (text.back() == '\r' || text.back() == ' ' || text.back() == '\t')) text.pop_back();
+              ST_CHECK_CONFIG(text.size() >= kMinJobSecretBytes, "launch --secret-file ", path, ": the secret is ",
+                              text.size(), " bytes; at least ", kMinJobSecretBytes, " are needed");
+              opt->job_secret = text;
+            } else if (!(env.count("SHARDTRAIN_JOB_SECRET") && !env.at("SHARDTRAIN_JOB_SECRET").empty()) &&
+                       opt->nnodes == 1) {
+              opt->job_secret = new_job_secret();
             }
             return launch_local_ranks(*opt);
           }};

@@ -29,6 +29,9 @@ struct Rendezvous {
   // The job's identity (DistEnv::job_id): rank 0's store refuses a rank that brings
   // another one, naming both jobs. Empty: not checked.
   std::string job_id;
+  // The job's secret (DistEnv::job_secret): ranks prove they hold it when joining
+  // (comm/tcp_store.h). Empty: any process that knows the job id may join.
+  std::string secret;
   // Ranks per node (the launch contract's local world size): which collectives cross
   // between nodes in the byte counts (comm/comm_stats.h).
   int ranks_per_node = 1;

@@ -6,6 +6,9 @@
 // passes, so every request gets exactly one reply and a client's timeout never
 // leaves a stale reply on the connection. Keys this file writes itself live under
 // "st/" (joined ranks, barriers); Gloo's keys live under each group's prefix.
+// Joining (tcp_store.h): challenge (the server's nonce), then hello (rank, world, job
+// id, HMAC); until a hello is accepted the server answers nothing else and drops the
+// connection on any other request.
 #include "comm/tcp_store.h"
 
 #include <arpa/inet.h>
@@ -29,6 +32,12 @@
 #include <sstream>
 #include <string_view>
 #include <thread>
+#include <utility>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 
 #include "core/error.h"
 
@@ -37,10 +46,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum Op : uint8_t { kHello = 1, kSet, kGet, kAdd, kWait, kCheck };
+enum Op : uint8_t { kHello = 1, kSet, kGet, kAdd, kWait, kCheck, kChallenge };
 enum Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
 // Larger frames are not ours (a port scanner, an HTTP probe): drop the connection.
-constexpr uint32_t kMaxFrame = 256u << 20;
+// The store holds addresses, ids and short reports; 64 MiB is far above any of them.
+constexpr uint32_t kMaxFrame = 64u << 20;
+// Before its hello is accepted a connection may send this much, stay this long, and
+// only this many such connections are held (more are closed at once).
+constexpr uint32_t kMaxHelloFrame = 4096;
+constexpr double kHelloWithinS = 10;
+constexpr size_t kMaxUnjoined = 64;
+constexpr size_t kNonceBytes = 32;
 // How long past its own timeout a client waits for the server's answer to a wait.
 constexpr double kReplySlackS = 10;
 
@@ -164,13 +180,35 @@ RecvResult recv_exact(int fd, char* out, size_t n, Clock::time_point deadline) {
 
 std::string joined_key(int rank) { return "st/joined/" + std::to_string(rank); }
 
+std::string random_bytes(size_t n) {
+  std::string out(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1)
+    fail_dist("rendezvous: the system's random generator failed (OpenSSL RAND_bytes)");
+  return out;
+}
+
+// What a hello proves: HMAC-SHA256 under the job secret of the server's nonce and the
+// hello's own fields, so a hello is good for one connection, one rank and one job.
+std::string hello_mac(const std::string& secret, const std::string& nonce, int64_t rank, int64_t world,
+                      const std::string& job) {
+  std::string msg = std::string("shardtrain-rendezvous-v1", 24) + '\0' + nonce;
+  msg += Writer().i64(rank).i64(world).str(job).s;
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+            reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), mac, &len))
+    fail_dist("rendezvous: HMAC-SHA256 failed (OpenSSL)");
+  return std::string(reinterpret_cast<const char*>(mac), len);
+}
+
 }  // namespace
 
 // ---- server ------------------------------------------------------------------------
 
 class TcpStoreServer {
  public:
-  TcpStoreServer(int port, int world, std::string job_id) : world_(world), job_id_(std::move(job_id)) {
+  TcpStoreServer(int port, int world, std::string job_id, std::string secret)
+      : world_(world), job_id_(std::move(job_id)), secret_(std::move(secret)) {
     listen_fd_ = listen_on(port);
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
       ::close(listen_fd_);
@@ -199,7 +237,9 @@ class TcpStoreServer {
  private:
   struct Client {
     std::string in;
-    int rank = -1;
+    int rank = -1;        // set by an accepted hello: until then nothing is served
+    std::string nonce;    // the challenge given to this connection ("" once used)
+    Clock::time_point hello_by;
   };
   struct Pending {  // a get or wait that cannot be answered yet
     int fd;
@@ -252,10 +292,13 @@ class TcpStoreServer {
       fds.assign({{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}});
       for (const auto& [fd, client] : clients_) fds.push_back({fd, POLLIN, 0});
       int timeout_ms = -1;
-      for (const Pending& p : pending_) {
-        const int ms = ms_until(p.deadline);
+      auto until = [&](Clock::time_point t) {
+        const int ms = ms_until(t);
         timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
-      }
+      };
+      for (const Pending& p : pending_) until(p.deadline);
+      for (const auto& [fd, c] : clients_)
+        if (c.rank < 0) until(c.hello_by);
       if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
       if (fds[0].revents) {
         char buf[64];
@@ -277,9 +320,17 @@ class TcpStoreServer {
         if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         return;  // EAGAIN: no more; anything else: that client gave up already
       }
+      size_t unjoined = 0;
+      for (const auto& [other, c] : clients_) unjoined += c.rank < 0;
+      if (unjoined >= kMaxUnjoined) {  // a flood of connections that never say hello
+        ::close(fd);
+        continue;
+      }
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      clients_[fd] = Client{};
+      Client c;
+      c.hello_by = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kHelloWithinS));
+      clients_[fd] = c;
       std::lock_guard<std::mutex> lock(mu_);
       ++connected_;
     }
@@ -315,7 +366,7 @@ class TcpStoreServer {
     }
     while (in.size() >= 4) {
       const uint32_t len = Reader{in}.u32();
-      if (len > kMaxFrame) return drop(fd);
+      if (len > (it->second.rank >= 0 ? kMaxFrame : kMaxHelloFrame)) return drop(fd);
       if (in.size() < 4 + static_cast<size_t>(len)) return;
       const std::string body = in.substr(4, len);
       in.erase(0, 4 + static_cast<size_t>(len));
@@ -372,21 +423,49 @@ class TcpStoreServer {
     });
     for (const Pending& p : late)
       if (clients_.count(p.fd) && !reply(p.fd, Writer().u8(kTimeout).strs(missing(p.keys)))) drop(p.fd);
+    std::vector<int> silent;
+    for (const auto& [fd, c] : clients_)
+      if (c.rank < 0 && c.hello_by <= now) silent.push_back(fd);
+    for (int fd : silent) drop(fd);
   }
 
   // Handles one request; false drops the client (malformed request, dead socket).
   bool handle(int fd, Reader r) {
     const uint8_t op = r.u8();
+    Client& client = clients_.at(fd);
+    // Nothing is served before an accepted hello: anything else drops the connection.
+    if (client.rank < 0 && op != kChallenge && op != kHello) return false;
     switch (op) {
+      case kChallenge: {
+        if (client.rank >= 0) return false;
+        client.nonce = random_bytes(kNonceBytes);
+        return reply(fd, Writer().u8(kOk).u8(secret_.empty() ? 0 : 1).str(client.nonce));
+      }
       case kHello: {
+        if (client.rank >= 0 || client.nonce.empty()) return false;  // one hello per challenge
         const int64_t rank = r.i64(), world = r.i64();
-        const std::string job = r.str();
+        const std::string job = r.str(), mac = r.str();
+        const std::string nonce = std::exchange(client.nonce, std::string());
         std::string err;
         // Another job's rank (two jobs started on one port) first: its world and rank
-        // mean nothing here, and it must not take a place in this one.
-        if (!job.empty() && !job_id_.empty() && job != job_id_) {
-          err = "rank " + std::to_string(rank) + " of job '" + job + "' reached the rendezvous of job '" + job_id_ +
-                "': two jobs use this MASTER_PORT; give each its own port";
+        // mean nothing here, and it must not take a place in this one. This job's id is
+        // not told to it.
+        if (job != job_id_) {
+          err = job.empty() ? "rank " + std::to_string(rank) +
+                                  " brought no job id but reached the rendezvous of a job that has one: "
+                                  "every rank needs the same SHARDTRAIN_JOB_ID (launch --job-id)"
+                            : "rank " + std::to_string(rank) + " of job '" + job +
+                                  "' reached the rendezvous of another job: two jobs use this MASTER_PORT; give "
+                                  "each its own port";
+        } else if (!secret_.empty() && mac.empty()) {
+          err = "rank " + std::to_string(rank) +
+                " brought no job secret, but this job's rendezvous requires one: start every rank with the same "
+                "SHARDTRAIN_JOB_SECRET (launch --secret-file)";
+        } else if (!secret_.empty() &&
+                   (mac.size() != 32 ||
+                    CRYPTO_memcmp(mac.data(), hello_mac(secret_, nonce, rank, world, job).data(), 32) != 0)) {
+          err = "rank " + std::to_string(rank) +
+                " does not hold this job's secret: every rank needs the same SHARDTRAIN_JOB_SECRET";
         } else if (world != world_) {
           err = "rank " + std::to_string(rank) + " was started for a world of " + std::to_string(world) +
                 " ranks but rank 0 for " + std::to_string(world_) + ": the ranks disagree on WORLD_SIZE";
@@ -399,7 +478,7 @@ class TcpStoreServer {
                     ": each rank needs its own RANK (or launcher rank variable)";
         }
         if (!err.empty()) return reply(fd, Writer().u8(kError).str(err));
-        clients_.at(fd).rank = static_cast<int>(rank);
+        client.rank = static_cast<int>(rank);
         if (!reply(fd, Writer().u8(kOk))) return false;
         store(joined_key(static_cast<int>(rank)), "1");
         return true;
@@ -449,7 +528,7 @@ class TcpStoreServer {
   }
 
   int world_;
-  std::string job_id_;
+  std::string job_id_, secret_;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   std::thread thread_;
@@ -540,7 +619,18 @@ std::string local_ip_of(int fd) {
 
 }  // namespace
 
-TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s, const std::string& job_id)
+std::string new_job_secret() {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : random_bytes(32)) {
+    out.push_back(hex[b >> 4]);
+    out.push_back(hex[b & 15]);
+  }
+  return out;
+}
+
+TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s, const std::string& job_id,
+                   const std::string& secret)
     : address_((addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + std::to_string(port)),
       rank_(rank),
       world_(world),
@@ -549,7 +639,10 @@ TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, doubl
   ST_CHECK_DIST(world >= 1 && rank >= 0 && rank < world, "rendezvous: rank ", rank, " outside a world of ", world);
   ST_CHECK_DIST(timeout_s > 0 && std::isfinite(timeout_s), "rendezvous timeout must be a positive number, got ",
                 timeout_s);
-  if (rank == 0) server_ = std::make_unique<TcpStoreServer>(port, world, job_id);
+  ST_CHECK_CONFIG(secret.empty() || secret.size() >= kMinJobSecretBytes, "SHARDTRAIN_JOB_SECRET is ",
+                  secret.size(), " bytes; a job secret needs at least ", kMinJobSecretBytes,
+                  " (e.g. 64 hex digits: head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')");
+  if (rank == 0) server_ = std::make_unique<TcpStoreServer>(port, world, job_id, secret);
 
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
@@ -568,7 +661,24 @@ TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, doubl
   }
   local_ip_ = local_ip_of(fd_);
   try {
-    Reply r = request(Writer().u8(kHello).i64(rank).i64(world).str(job_id).s, timeout_s_, "joining");
+    const Reply c = request(Writer().u8(kChallenge).s, timeout_s_, "joining");
+    if (c.status != kOk) fail_dist("rendezvous at ", address_, ": rank 0 refused rank ", rank, "'s connection");
+    bool wants_secret = false;
+    std::string nonce;
+    try {
+      Reader challenge = c.reader();
+      wants_secret = challenge.u8() != 0;
+      nonce = challenge.str();
+    } catch (const ProtocolError&) {
+      fail_dist("rendezvous at ", address_, ": rank 0's challenge is malformed (is another program on this port?)");
+    }
+    // A server that asks for no secret while this rank has one is not this job's rank 0
+    // (or its ranks were started apart): the secret's promise would not hold.
+    if (!secret.empty() && !wants_secret)
+      fail_dist("rendezvous at ", address_, ": rank 0 serves its job without a job secret, but rank ", rank,
+                " has one (SHARDTRAIN_JOB_SECRET): start every rank with the same secret");
+    const std::string mac = secret.empty() ? std::string() : hello_mac(secret, nonce, rank, world, job_id);
+    Reply r = request(Writer().u8(kHello).i64(rank).i64(world).str(job_id).str(mac).s, timeout_s_, "joining");
     if (r.status != kOk) fail_dist("rendezvous at ", address_, ": ", r.reader().str());
   } catch (...) {
     ::close(fd_);

@@ -8,6 +8,16 @@
 // a timeout is an st::Error naming the server address and the ranks that are
 // missing, so a job with a dead or mis-launched rank fails with a message instead
 // of hanging.
+//
+// Joining. A connection is served nothing until its hello is accepted: the server
+// first sends a fresh random nonce; the client answers with its rank, world and job id
+// and, when the job has a secret (SHARDTRAIN_JOB_SECRET), HMAC-SHA256(secret, nonce,
+// rank, world, job id), so the secret itself never crosses the network and a recorded
+// hello cannot be replayed. A hello is refused when the job ids differ (an empty one
+// included), when rank 0 has a secret and the hello proves another or none, and, on
+// the client's side, when the client has a secret and rank 0 asks for none. Before its
+// hello a connection may send 4 KiB at most and stay 10 s at most, and at most 64
+// such connections are held; after it, frames are capped at 64 MiB.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -22,6 +32,11 @@ namespace st {
 
 class TcpStoreServer;  // tcp_store.cpp
 
+// A new random job secret: 32 bytes from the system's CSPRNG, as 64 hex digits.
+std::string new_job_secret();
+// The shortest secret a job may use (bytes): anything shorter is refused.
+constexpr size_t kMinJobSecretBytes = 16;
+
 class TcpStore final : public gloo::rendezvous::Store {
  public:
   // As `rank` of `world`: when rank == 0, first serve the store on `port` (every
@@ -31,7 +46,11 @@ class TcpStore final : public gloo::rendezvous::Store {
   // `job_id` (SHARDTRAIN_JOB_ID, set by `shardtrain launch`) identifies the job: a rank
   // whose job differs from rank 0's is refused, both jobs named, so two jobs started on
   // one port cannot mix ranks ("" on either side: not checked).
-  TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s, const std::string& job_id = "");
+  // `secret` (SHARDTRAIN_JOB_SECRET): ranks prove they hold it when joining; "" on
+  // rank 0 lets any hello with the right job id in (docs/operations.md, "Rendezvous
+  // security").
+  TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s, const std::string& job_id = "",
+           const std::string& secret = "");
   // Disconnects; rank 0 then keeps serving until the other ranks have disconnected
   // (or a grace period ran out) so that nobody loses the server mid-request.
   ~TcpStore() override;

@@ -371,6 +371,7 @@ DistEnv detect_dist_env(const Env& env) {
     e.launched = true;
   }
   if (const std::string* id = lookup(env, "SHARDTRAIN_JOB_ID")) e.job_id = *id;
+  if (const std::string* s = lookup(env, "SHARDTRAIN_JOB_SECRET")) e.job_secret = *s;
   return e;
 }
 

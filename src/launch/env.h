@@ -21,6 +21,9 @@ struct DistEnv {
   // The job's identity (SHARDTRAIN_JOB_ID; `shardtrain launch` sets a random one): the
   // rendezvous refuses a rank of another job. Empty: not checked.
   std::string job_id;
+  // The job's secret (SHARDTRAIN_JOB_SECRET; `shardtrain launch` makes one for a
+  // one-node job): ranks prove they hold it when joining the rendezvous (comm/tcp_store.h).
+  std::string job_secret;
 };
 
 // Reads the launch contract from `env` (the process environment when called with

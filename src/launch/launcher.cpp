@@ -557,6 +557,7 @@ std::map<std::string, std::string> rank_environment(const LaunchOptions& opt, in
   env["MASTER_ADDR"] = opt.master_addr;
   env["MASTER_PORT"] = std::to_string(opt.master_port);
   if (!opt.job_id.empty()) env["SHARDTRAIN_JOB_ID"] = opt.job_id;  // the rendezvous refuses other jobs' ranks
+  if (!opt.job_secret.empty()) env["SHARDTRAIN_JOB_SECRET"] = opt.job_secret;  // and processes without the secret
   // The launcher prefixes every line with the rank already; the rank need not.
   env["SHARDTRAIN_RANK_PREFIXED"] = "1";
   return env;

@@ -21,6 +21,7 @@ struct LaunchOptions {
   double grace_s = 10.0;          // SIGTERM -> SIGKILL delay when stopping ranks
   int max_restarts = 0;           // after a rank fails: stop all, start all again, this many times
   std::string job_id;             // SHARDTRAIN_JOB_ID of every rank ("" = the environment's, if any)
+  std::string job_secret;         // SHARDTRAIN_JOB_SECRET of every rank ("" = the environment's, if any)
 };
 
 // Throws st::Error naming the offending option.
@@ -30,7 +31,7 @@ void validate_launch_options(const LaunchOptions& opt);
 // other launchers (Open MPI, PMI/PMIx, Slurm task placement, PyTorchJob PET_*), so a
 // rank never sees two disagreeing placements, plus RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and
-// SHARDTRAIN_JOB_ID when opt.job_id is set.
+// SHARDTRAIN_JOB_ID and SHARDTRAIN_JOB_SECRET when opt.job_id and opt.job_secret are set.
 std::map<std::string, std::string> rank_environment(const LaunchOptions& opt, int local_rank,
                                                     std::map<std::string, std::string> base);
 

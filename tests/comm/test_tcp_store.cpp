@@ -69,8 +69,9 @@ TEST(TcpStore, SetGetAddWaitAcrossRanks) {
 }
 
 // Two jobs started on one port: a rank of the second reaching the first one's store is
-// refused, both jobs named, without taking a place in it; the first job goes on.
-TEST(TcpStore, ARankOfAnotherJobIsRefusedNamingBothJobs) {
+// refused, named with its own job (not told the other's), without taking a place in
+// it; the first job goes on. A rank with no job id is refused by a job that has one.
+TEST(TcpStore, ARankOfAnotherJobIsRefusedWithoutLearningItsId) {
   const int port = test::free_port();
   std::string foreign;
   ErrorKind foreign_kind = ErrorKind::Runtime;
@@ -96,17 +97,156 @@ TEST(TcpStore, ARankOfAnotherJobIsRefusedNamingBothJobs) {
   });
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
-  EXPECT_NE(foreign.find("rank 1 of job 'job-b' reached the rendezvous of job 'job-a'"), std::string::npos) << foreign;
+  EXPECT_NE(foreign.find("rank 1 of job 'job-b' reached the rendezvous of another job"), std::string::npos) << foreign;
+  EXPECT_EQ(foreign.find("job-a"), std::string::npos) << foreign;
   EXPECT_NE(foreign.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << foreign;
   EXPECT_EQ(foreign_kind, ErrorKind::Distributed);
-  // A side without an identity is not checked (a hand-started multi-node job).
+  // No job id against a job with one: refused, and the place stays free for rank 1.
   const int port2 = test::free_port();
-  const auto plain = run_threads(2, [&](int r) {
-    TcpStore store("127.0.0.1", port2, r, 2, 20, r == 0 ? "job-a" : "");
-    store.barrier("join", 2, 20);
+  TcpStore rank0("127.0.0.1", port2, 0, 2, 5, "job-a");
+  const std::string anonymous = error_of([&] { TcpStore r1("127.0.0.1", port2, 1, 2, 5, ""); });
+  EXPECT_NE(anonymous.find("rank 1 brought no job id but reached the rendezvous of a job that has one"),
+            std::string::npos)
+      << anonymous;
+  TcpStore rank1("127.0.0.1", port2, 1, 2, 5, "job-a");
+  EXPECT_TRUE(rank0.unjoined_ranks().empty());
+}
+
+// The job secret: a rank joins only by proving it holds rank 0's secret; one without
+// a secret, or with another, is refused without taking a place; a rank with a secret
+// refuses a rank 0 that asks for none; a secret shorter than 16 bytes is refused.
+TEST(TcpStore, JoiningNeedsTheJobSecret) {
+  const int port = test::free_port();
+  const std::string secret = "0123456789abcdef0123456789abcdef";
+  TcpStore rank0("127.0.0.1", port, 0, 2, 5, "job", secret);
+  const std::string none = error_of([&] { TcpStore r1("127.0.0.1", port, 1, 2, 5, "job"); });
+  EXPECT_NE(none.find("rank 1 brought no job secret, but this job's rendezvous requires one"), std::string::npos)
+      << none;
+  const std::string wrong = error_of([&] { TcpStore r1("127.0.0.1", port, 1, 2, 5, "job", secret + "x"); });
+  EXPECT_NE(wrong.find("rank 1 does not hold this job's secret"), std::string::npos) << wrong;
+  EXPECT_EQ(rank0.unjoined_ranks(), std::vector<int>{1});
+  TcpStore rank1("127.0.0.1", port, 1, 2, 5, "job", secret);
+  rank1.set("k", bytes("v"));
+  EXPECT_EQ(text(rank0.get("k")), "v");
+  EXPECT_TRUE(rank0.unjoined_ranks().empty());
+
+  const int open_port = test::free_port();
+  TcpStore open0("127.0.0.1", open_port, 0, 2, 5, "job");
+  const std::string asks_none = error_of([&] { TcpStore r1("127.0.0.1", open_port, 1, 2, 5, "job", secret); });
+  EXPECT_NE(asks_none.find("rank 0 serves its job without a job secret, but rank 1 has one"), std::string::npos)
+      << asks_none;
+  const std::string short_secret =
+      error_of([&] { TcpStore r("127.0.0.1", test::free_port(), 0, 1, 5, "job", "short"); });
+  EXPECT_NE(short_secret.find("SHARDTRAIN_JOB_SECRET is 5 bytes; a job secret needs at least 16"), std::string::npos)
+      << short_secret;
+  const std::string fresh = new_job_secret();
+  EXPECT_EQ(fresh.size(), 64u);
+  EXPECT_NE(fresh, new_job_secret());
+}
+
+// A raw TCP connection that skips the hello is served nothing: its get is never
+// answered and its set never lands; the server closes it. So does a first frame
+// larger than a hello can be.
+int raw_connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+std::string frame(const std::string& body) {
+  std::string f(4, '\0');
+  for (int i = 0; i < 4; ++i) f[i] = static_cast<char>(body.size() >> (8 * i));
+  return f + body;
+}
+std::string str_field(const std::string& s) { return frame(s).substr(0, 4) + s; }
+// Reads until the server closes the connection (or 5 s pass): what it answered.
+std::string read_to_close(int fd, bool* closed) {
+  std::string got;
+  char buf[256];
+  *closed = false;
+  while (true) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) {
+      *closed = true;
+      break;
+    }
+    if (n < 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return got;
+}
+
+TEST(TcpStore, AConnectionWithoutAHelloIsServedNothing) {
+  const int port = test::free_port();
+  TcpStore rank0("127.0.0.1", port, 0, 1, 5, "job", "0123456789abcdef0123456789abcdef");
+  rank0.set("st/secret-ish", bytes("value"));
+  struct Case {
+    const char* what;
+    std::string sent;
+  };
+  const std::vector<Case> cases = {
+      {"get", frame(std::string(1, '\3') + str_field("st/secret-ish") + std::string(8, '\0'))},
+      {"set", frame(std::string(1, '\2') + str_field("planted") + str_field("x"))},
+      {"add", frame(std::string(1, '\4') + str_field("counter") + std::string(8, '\1'))},
+      {"a frame too large for a hello", std::string("\0\0\x10\0", 4) + std::string(8192, 'x')},
+  };
+  for (const Case& c : cases) {
+    const int fd = raw_connect(port);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::send(fd, c.sent.data(), c.sent.size(), MSG_NOSIGNAL), static_cast<ssize_t>(c.sent.size()));
+    bool closed = false;
+    const std::string got = read_to_close(fd, &closed);
+    ::close(fd);
+    EXPECT_TRUE(closed) << c.what << ": the server kept the connection";
+    EXPECT_EQ(got, "") << c.what << ": the server answered";
+  }
+  EXPECT_EQ(rank0.missing({"planted", "counter"}), (std::vector<std::string>{"planted", "counter"}));
+}
+
+// The secret never crosses the network: a server of this test's own gives a challenge
+// and reads the hello; neither the secret nor any 16 bytes of it are in what was sent.
+TEST(TcpStore, TheSecretIsNeverSent) {
+  const std::string secret = "s3cr3t-never-on-the-wire-0123456789";
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 1), 0);
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  std::string seen;
+  std::thread server([&] {
+    const int fd = ::accept(lfd, nullptr, nullptr);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[4096];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);  // the challenge request
+    if (n > 0) seen.append(buf, static_cast<size_t>(n));
+    const std::string challenge = frame(std::string("\0\1", 2) + str_field(std::string(32, 'N')));
+    ::send(fd, challenge.data(), challenge.size(), MSG_NOSIGNAL);
+    n = ::recv(fd, buf, sizeof buf, 0);  // the hello
+    if (n > 0) seen.append(buf, static_cast<size_t>(n));
+    const std::string refusal = frame(std::string(1, '\2') + str_field("refused by the test"));
+    ::send(fd, refusal.data(), refusal.size(), MSG_NOSIGNAL);
+    ::close(fd);
   });
-  EXPECT_EQ(plain[0], "");
-  EXPECT_EQ(plain[1], "");
+  const std::string err = error_of([&] { TcpStore r1("127.0.0.1", port, 1, 2, 5, "job", secret); });
+  server.join();
+  ::close(lfd);
+  EXPECT_NE(err.find("refused by the test"), std::string::npos) << err;
+  ASSERT_GT(seen.size(), 32u);  // a challenge request and a hello with its MAC
+  for (size_t i = 0; i + 16 <= secret.size(); ++i)
+    EXPECT_EQ(seen.find(secret.substr(i, 16)), std::string::npos) << "secret bytes " << i << ".. were sent";
 }
 
 TEST(TcpStore, BarrierTimeoutNamesTheMissingRankAndAddress) {

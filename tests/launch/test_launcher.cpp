@@ -212,6 +212,46 @@ TEST(Launch, EachLaunchHasItsOwnJobIdentity) {
   EXPECT_EQ(ids(launch(args, {"SHARDTRAIN_JOB_ID=outer"})), (std::vector<std::string>{"outer", "outer"}));
 }
 
+// A one-node launch gives its ranks one random job secret of its own (64 hex digits);
+// --secret-file or SHARDTRAIN_JOB_SECRET choose it; a short one is refused.
+TEST(Launch, EachLaunchHasItsOwnJobSecret) {
+  auto secrets = [](const Result& r) {
+    std::vector<std::string> out;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);)
+      if (const size_t at = line.find("secret="); at != std::string::npos) out.push_back(line.substr(at + 7));
+    return out;
+  };
+  const std::vector<std::string> args = {"--nproc-per-node", "2", "--program", "/bin/sh", "--", "-c",
+                                         "echo secret=$SHARDTRAIN_JOB_SECRET"};
+  const Result a = launch(args), b = launch(args);
+  ASSERT_EQ(a.code(), 0) << a.out;
+  const auto sa = secrets(a), sb = secrets(b);
+  ASSERT_EQ(sa.size(), 2u) << a.out;
+  ASSERT_EQ(sb.size(), 2u) << b.out;
+  EXPECT_EQ(sa[0].size(), 64u) << sa[0];
+  EXPECT_EQ(sa[0].find_first_not_of("0123456789abcdef"), std::string::npos) << sa[0];
+  EXPECT_EQ(sa[0], sa[1]);  // one job
+  EXPECT_NE(sa[0], sb[0]);  // two jobs
+  EXPECT_EQ(secrets(launch(args, {"SHARDTRAIN_JOB_SECRET=from-the-environment"})),
+            (std::vector<std::string>{"from-the-environment", "from-the-environment"}));
+  const fs::path dir = temp_dir("launch_secret");
+  std::ofstream(dir / "good") << "a-secret-of-twenty-bytes\n";
+  std::ofstream(dir / "short") << "tiny\n";
+  std::vector<std::string> from_file = args;
+  from_file.insert(from_file.begin(), {"--secret-file", (dir / "good").string()});
+  EXPECT_EQ(secrets(launch(from_file)), (std::vector<std::string>{"a-secret-of-twenty-bytes", "a-secret-of-twenty-bytes"}));
+  std::vector<std::string> too_short = args;
+  too_short.insert(too_short.begin(), {"--secret-file", (dir / "short").string()});
+  const Result s = launch(too_short);
+  EXPECT_EQ(s.code(), 2) << s.out;
+  EXPECT_NE(s.out.find("the secret is 4 bytes; at least 16 are needed"), std::string::npos) << s.out;
+  std::vector<std::string> missing = args;
+  missing.insert(missing.begin(), {"--secret-file", (dir / "nothing").string()});
+  EXPECT_EQ(launch(missing).code(), 2);
+  fs::remove_all(dir);
+}
+
 TEST(Launch, StderrPartialLastLineAndBusyRanksNeverMixMidLine) {
   // Three ranks writing as fast as they can; every relayed line must be one whole
   // line of one rank, with that rank's prefix.
