@@ -173,9 +173,12 @@ def cmd_record(d, a):
     except (OSError, ValueError):
         pass
     try:
-        rec["tcp_one_flow_mbit"] = float(open(os.path.join(d, "tcp_mbit")).read())
-    except (OSError, ValueError):
+        flow = open(os.path.join(d, "tcp_mbit")).read().split()
+        rec["tcp_one_flow_mbit"] = float(flow[0])
+        rec["host_net_ns_per_byte"] = float(flow[1]) if len(flow) > 1 else None
+    except (OSError, ValueError, IndexError):
         rec["tcp_one_flow_mbit"] = None
+        rec["host_net_ns_per_byte"] = None
     rec["dir"] = d
     json.dump(rec, open(os.path.join(d, "record.json"), "w"), indent=1)
 
@@ -369,6 +372,13 @@ def tcp_recv(port):
     conn.close()
 
 
+def busy_jiffies():
+    """CPU time the machine spent busy: user, system, irq and softirq, all cores (not
+    nice: other work at low priority is left out), in clock ticks."""
+    f = open("/proc/stat").readline().split()
+    return int(f[1]) + int(f[3]) + int(f[6]) + int(f[7])
+
+
 def tcp_send(addr, port, seconds):
     deadline = time.time() + 10
     while True:
@@ -380,6 +390,7 @@ def tcp_send(addr, port, seconds):
                 raise
             time.sleep(0.1)
     buf = b"\0" * (1 << 20)
+    busy0 = busy_jiffies()
     sent, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         s.sendall(buf)
@@ -388,7 +399,10 @@ def tcp_send(addr, port, seconds):
     s.settimeout(60)
     s.recv(1)
     dt = time.perf_counter() - t0
-    print(f"{sent * 8 / dt / 1e6:.1f}")
+    busy = (busy_jiffies() - busy0) / os.sysconf("SC_CLK_TCK")
+    # The rate, and the CPU the whole path took per byte: sender, receiver and the
+    # emulated switch together (what the step model's host_net_ns_per_byte is).
+    print(f"{sent * 8 / dt / 1e6:.1f} {busy / sent * 1e9:.2f}")
 
 
 def main():

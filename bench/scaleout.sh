@@ -267,9 +267,13 @@ start_nodes() {
   rm -f "$dir/metrics.jsonl"
   PORT=$((PORT + 1))
   NODE_PIDS=()
+  # One job secret for the run's nodes (docs/operations.md, "Rendezvous security").
+  local secret
+  secret=$(python3 -c "import secrets; print(secrets.token_hex(32))")
   for ((i = 0; i < k; i++)); do
     # OpenBLAS gets the cores divided among the ranks: one thread per rank on 2 cores.
     ip netns exec "${PFX}n$i" env SHARDTRAIN_GLOO_IFNAME="veth$i" OPENBLAS_NUM_THREADS=$threads \
+      SHARDTRAIN_JOB_SECRET="$secret" \
       "$BIN" launch --nnodes "$k" --node-rank "$i" --nproc-per-node "$p" \
       --master-addr 198.18.0.1 --master-port "$PORT" --job-id "scaleout-$$-$name" -- \
       train "${MODEL[@]}" "${TRAIN[@]}" --train.steps="$steps" --dist.shard_group_size="$sgs" \
@@ -343,7 +347,7 @@ run_one() {
   if ((p > 1)) && [ -z "${INTRA_MBIT[$k.$p]:-}" ]; then  # ranks of one node talk over its loopback
     ip netns exec "${PFX}n0" python3 "$HERE/scaleout.py" tcp-recv 5202 &
     rx=$!
-    INTRA_MBIT[$k.$p]=$(ip netns exec "${PFX}n0" python3 "$HERE/scaleout.py" tcp-send 127.0.0.1 5202 1 2>/dev/null)
+    INTRA_MBIT[$k.$p]=$(ip netns exec "${PFX}n0" python3 "$HERE/scaleout.py" tcp-send 127.0.0.1 5202 1 2>/dev/null | cut -d' ' -f1)
     wait "$rx" 2>/dev/null
   fi
   counters "$k" > "$dir/counters_before"
@@ -360,11 +364,16 @@ run_one() {
     # The link as one TCP flow measured it just before the run (the payload rate a
     # collective can get), else the tbf rate; loopback within a node likewise.
     local gbps intra=()
-    gbps=$(python3 -c "print(float(open('$dir/tcp_mbit').read()) / 1000)" 2>/dev/null) || gbps=$(python3 -c "print($rate / 1000)")
+    gbps=$(python3 -c "print(float(open('$dir/tcp_mbit').read().split()[0]) / 1000)" 2>/dev/null) || gbps=$(python3 -c "print($rate / 1000)")
+    # The host's CPU per byte on this link (the same flow), on the cores a node has.
+    local net_ns cores
+    net_ns=$(python3 -c "print(float(open('$dir/tcp_mbit').read().split()[1]))" 2>/dev/null) || net_ns=0
+    cores=$(python3 -c "print($NPROC / $k)")
     ((p > 1)) && intra=(--intra-gbps "$(python3 -c "print(float('${INTRA_MBIT[$k.$p]:-20000}')/1000)")" --intra-latency-us 10)
     "$BIN" predict "${MODEL[@]}" "${TRAIN[@]}" --train.steps="$steps" --dist.shard_group_size="$sgs" \
       --nodes "$k" --ranks-per-node "$p" --inter-gbps "$gbps" "${intra[@]}" \
       --inter-latency-us "$((delay * 1000 + 10))" --compute-s "${BASE_S[$key]}" \
+      --host-net-ns-per-byte "$net_ns" --host-cores-per-node "$cores" \
       --schedule "$( [ "$overlap" = on ] && echo prefetch || echo none)" --json \
       > "$dir/predict.json" 2> "$dir/predict.err" || echo "scaleout: $name: predict failed (see $dir/predict.err)"
   fi
