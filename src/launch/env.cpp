@@ -371,6 +371,12 @@ DistEnv detect_dist_env(const Env& env) {
     e.launched = true;
   }
   if (const std::string* id = lookup(env, "SHARDTRAIN_JOB_ID")) e.job_id = *id;
+  for (const char* name : {"SHARDTRAIN_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"})
+    if (const std::optional<int> n = opt_int(env, name)) {
+      ST_CHECK_DIST(*n >= 0, "launch environment: ", name, "=", *n, " must not be negative");
+      e.restart_count = *n;
+      break;
+    }
   return e;
 }
 

@@ -21,6 +21,10 @@ struct DistEnv {
   // The job's identity (SHARDTRAIN_JOB_ID; `shardtrain launch` sets a random one): the
   // rendezvous refuses a rank of another job. Empty: not checked.
   std::string job_id;
+  // How many times a launcher has started this job's ranks again after a failure:
+  // SHARDTRAIN_RESTART_COUNT (`shardtrain launch --max-restarts`), else
+  // TORCHELASTIC_RESTART_COUNT (torchrun). 0: the first start.
+  int restart_count = 0;
 };
 
 // Reads the launch contract from `env` (the process environment when called with
