@@ -46,7 +46,9 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int device_inde
   if (device == "cuda") {
 #ifdef SHARDTRAIN_HAVE_CUDA
     std::string why;
-    if (cuda::device_count(&why) == 0) fail_config(asked, ": no CUDA device found (cudaGetDeviceCount: ", why, ")");
+    if (cuda::device_count(&why) == 0)
+      fail_config(asked, ": no CUDA device found (cudaGetDeviceCount: ", why, "); to run on the CPU instead, use ",
+                  flag ? option + " cpu" : "--" + option + "=cpu");
     return make_cuda_backend(device_index);
 #else
     fail_config(asked, ": this build has no CUDA backend (nvcc was not found at configure time); use ",

@@ -1,3 +1,4 @@
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -7,9 +8,27 @@
 #include "cli/rank_bringup.h"
 #include "train/memory_check.h"
 #include "config/run_config.h"
+#include "train/run_dir_lock.h"
 #include "train/trainer.h"
 
 namespace st {
+namespace {
+
+// `path` is `dir` or lies below it (after resolving what exists of both).
+bool path_is_within(const std::string& path, const std::string& dir) {
+  if (dir.empty()) return false;
+  auto norm = [](const std::string& x) {
+    std::error_code ec;
+    std::string s = std::filesystem::weakly_canonical(x, ec).lexically_normal().string();
+    while (s.size() > 1 && s.back() == '/') s.pop_back();
+    return s;
+  };
+  const std::string p = norm(path), d = norm(dir);
+  return p == d || p.starts_with(d + "/");
+}
+
+}  // namespace
+
 Command add_train_command(CLI::App& root) {
   struct State {
     std::string config;
@@ -35,12 +54,25 @@ Command add_train_command(CLI::App& root) {
   add_config_options(*app, state->overrides);
   return {app, [state] {
             RunConfig cfg = load_run_config(state->config, state->overrides);
-            RankContext rank = bring_up_rank(cfg.train.device, cfg.dist, &cfg.fabric, cfg.run.out_dir);
+            const DistEnv env = detect_dist_env(environ_map());
+            // Rank 0 owns the run directory (config, metrics, summary, the checkpoints'
+            // manifests and renames): it locks it before anything there is read or
+            // written, NCCL's logs included, and before it meets the other ranks, so that
+            // a second run is refused at once. Other ranks write only their checkpoint
+            // shards into the step directory that rank 0 commits.
+            std::unique_ptr<RunDirLock> out_lock, ckpt_lock;
+            if (env.rank == 0) {
+              if (!cfg.run.out_dir.empty()) out_lock = std::make_unique<RunDirLock>(cfg.run.out_dir, "run.out_dir");
+              if (!cfg.run.checkpoint_dir.empty() && !path_is_within(cfg.run.checkpoint_dir, cfg.run.out_dir))
+                ckpt_lock = std::make_unique<RunDirLock>(cfg.run.checkpoint_dir, "run.checkpoint_dir");
+            }
+            RankContext rank = bring_up_rank(env, cfg.train.device, cfg.dist, &cfg.fabric, cfg.run.out_dir);
             // Before anything big is allocated; the ranks of one host share its RAM.
             const int shard_world = rank.groups.shard->world();
             check_rank_memory(cfg, *rank.backend, shard_world, shard_world == 1 && !rank.groups.replicate,
                               rank.env.local_world);
             Trainer trainer(cfg, *rank.backend, rank.groups, rank.fabric);
+            trainer.set_restart_count(rank.env.restart_count);
             trainer.run();
             return 0;
           }};

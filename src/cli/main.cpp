@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "config/schema.h"
 #include "core/error.h"
 
 namespace {
@@ -27,6 +28,39 @@ std::string printable(const char* what) {
     }
   }
   return out;
+}
+
+// A command that needs a subcommand and was given a word that is none (`shardtrain
+// traim`, `shardtrain data prepaer`): "unknown command" naming it and the nearest one,
+// where CLI11 would say only that a subcommand is required. Empty when argv is fine.
+std::string unknown_command(const CLI::App& root, int argc, char** argv) {
+  const CLI::App* app = &root;
+  std::string path = "";
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    const std::vector<const CLI::App*> subs = app->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty() || word.empty() || word[0] == '-') return "";
+    bool positionals = false;
+    for (const CLI::Option* o : app->get_options())
+      if (o->get_positional()) positionals = true;
+    if (positionals) return "";  // the word may be one of them
+    std::vector<std::string> names;
+    const CLI::App* next = nullptr;
+    for (const CLI::App* s : subs) {
+      names.push_back(s->get_name());
+      if (s->check_name(word)) next = s;
+    }
+    if (!next) {
+      const std::string near = st::nearest(word, names);
+      std::string known;
+      for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+      return "unknown command '" + path + word + "' (" + (near.empty() ? "" : "did you mean " + path + near + "? ") +
+             "commands: " + known + ")";
+    }
+    path += word + " ";
+    app = next;
+  }
+  return "";
 }
 
 }  // namespace
@@ -52,6 +86,10 @@ int main(int argc, char** argv) {
   commands.push_back(st::add_report_command(app));
   commands.push_back(st::add_predict_command(app));
 
+  if (const std::string bad = unknown_command(app, argc, argv); !bad.empty()) {
+    std::fprintf(stderr, "shardtrain: error: command line: %s\n", printable(bad.c_str()).c_str());
+    return st::kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -32,8 +32,20 @@ namespace {
 
 // `open`: the canonical paths of the directories being listed, so that a link back
 // into one of them is named as a loop instead of recursing until the path is too long.
-void collect(const fs::path& path, std::vector<std::string>& out, std::set<fs::path>& seen, std::vector<fs::path>& open,
-             const std::string& what) {
+struct Walk {
+  std::vector<std::string>& out;
+  std::set<fs::path>& seen;
+  std::vector<fs::path>& open;
+  const std::string& what;
+  PreparedDirs prepared;
+  std::vector<std::string>* skipped;
+};
+
+void collect(const fs::path& path, Walk& w, bool named) {
+  std::vector<std::string>& out = w.out;
+  std::set<fs::path>& seen = w.seen;
+  std::vector<fs::path>& open = w.open;
+  const std::string& what = w.what;
   std::error_code ec;
   const auto st = fs::status(path, ec);
   if (ec.value() == ELOOP) fail_data(what, ": '", path.string(), "' is a symbolic link loop (", ec.message(), ")");
@@ -46,12 +58,22 @@ void collect(const fs::path& path, std::vector<std::string>& out, std::set<fs::p
     if (std::find(open.begin(), open.end(), canon) != open.end())
       fail_data(what, ": '", path.string(), "' leads back to '", canon.string(),
                 "', a directory that contains it: a symbolic link loop (", std::strerror(ELOOP), ")");
+    if (is_prepared_token_dir(path.string())) {
+      if (w.prepared == PreparedDirs::Refuse)
+        fail_config(what, ": '", path.string(), "' is a directory of prepared tokens (its ", kTokenIndexName,
+                    " was written by shardtrain data prepare), not text; train on it with --data.source=tokens "
+                    "(and a --model.vocab_size that holds its tokenizer's ids)");
+      ST_CHECK_CONFIG(!named, what, " '", path.string(), "' is a directory of prepared tokens (its ", kTokenIndexName,
+                      " was written by shardtrain data prepare), not text to tokenize");
+      if (w.skipped) w.skipped->push_back(path.string());
+      return;
+    }
     std::vector<fs::path> entries;
     for (const auto& e : fs::directory_iterator(path, ec)) entries.push_back(e.path());
     ST_CHECK_DATA(!ec, what, ": cannot list '", path.string(), "': ", ec.message());
     std::sort(entries.begin(), entries.end());
     open.push_back(canon);
-    for (const auto& e : entries) collect(e, out, seen, open, what);
+    for (const auto& e : entries) collect(e, w, false);
     open.pop_back();
     return;
   }
@@ -62,11 +84,13 @@ void collect(const fs::path& path, std::vector<std::string>& out, std::set<fs::p
 
 }  // namespace
 
-std::vector<std::string> collect_input_files(const std::vector<std::string>& paths, const std::string& what) {
+std::vector<std::string> collect_input_files(const std::vector<std::string>& paths, const std::string& what,
+                                             PreparedDirs prepared, std::vector<std::string>* skipped) {
   std::vector<std::string> files;
   std::set<fs::path> seen;
   std::vector<fs::path> open;
-  for (const auto& p : paths) collect(p, files, seen, open, what);
+  Walk w{files, seen, open, what, prepared, skipped};
+  for (const auto& p : paths) collect(p, w, true);
   return files;
 }
 
@@ -410,10 +434,21 @@ TokenIndex prepare_token_shards(const PrepareOptions& o, const std::function<voi
     ST_CHECK_CONFIG(fs::is_empty(final_dir, ec) || o.force, "data prepare: '", o.out,
              "' is not empty; choose another directory or pass --force to replace it");
   }
-  const std::vector<std::string> files = collect_input_files(o.inputs, "data prepare: --input");
+  // An --out inside an input directory would be read back by the next prepare over it.
+  const fs::path out_canon = fs::weakly_canonical(final_dir, ec);
+  for (const auto& in : o.inputs) {
+    if (!fs::is_directory(in, ec)) continue;
+    const fs::path in_canon = fs::canonical(in, ec);
+    ST_CHECK_CONFIG(ec || out_canon == in_canon || !inside(out_canon, in_canon), "data prepare: --out '", o.out, "' lies inside --input '", in,
+                    "'; choose an --out outside the input directories");
+  }
+  std::vector<std::string> skipped;
+  const std::vector<std::string> files =
+      collect_input_files(o.inputs, "data prepare: --input", PreparedDirs::Skip, &skipped);
+  for (const auto& d : skipped)
+    log_info("data prepare: skipping '" + d + "', a directory of prepared tokens (" + kTokenIndexName + ")");
   ST_CHECK_DATA(!files.empty(), "data prepare: no regular files found under --input ", o.inputs.front());
   if (had) {
-    const fs::path out_canon = fs::canonical(final_dir, ec);
     for (const auto& f : files)
       ST_CHECK_CONFIG(!inside(fs::canonical(f, ec), out_canon), "data prepare: input '", f, "' lies inside --out '", o.out,
                "', which would be replaced");

@@ -38,8 +38,16 @@ struct PrepareProgress {
 TokenIndex prepare_token_shards(const PrepareOptions& options,
                                 const std::function<void(const PrepareProgress&)>& progress = {});
 
+// A directory of prepared tokens (is_prepared_token_dir) met among text inputs:
+// Refuse: a usage error saying to train on it with --data.source=tokens (text data);
+// Skip: a directory found inside an input is left out and added to `skipped`, and one
+// named as an input itself is refused (data prepare: its own earlier output).
+enum class PreparedDirs { Refuse, Skip };
+
 // The regular files under `paths` (each itself, or recursively in name order), each
 // once even when reached twice; errors name a missing path. `what` prefixes messages.
-std::vector<std::string> collect_input_files(const std::vector<std::string>& paths, const std::string& what);
+std::vector<std::string> collect_input_files(const std::vector<std::string>& paths, const std::string& what,
+                                             PreparedDirs prepared = PreparedDirs::Refuse,
+                                             std::vector<std::string>* skipped = nullptr);
 
 }  // namespace st

@@ -1,3 +1,4 @@
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -7,6 +8,7 @@
 #include "core/rng.h"
 #include "data/prepare.h"
 #include "data/source.h"
+#include "data/token_shards.h"
 
 namespace st {
 namespace fs = std::filesystem;
@@ -55,7 +57,12 @@ std::unique_ptr<TokenSource> make_text_source(const std::vector<std::string>& pa
   for (const auto& f : files) {
     std::ifstream in(f, std::ios::binary);
     ST_CHECK_DATA(in, "data.paths: cannot read '", f, "'");
+    const size_t begin = corpus.size();
     corpus.insert(corpus.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    ST_CHECK_CONFIG(corpus.size() - begin < sizeof kTokenShardMagic ||
+                        std::memcmp(corpus.data() + begin, kTokenShardMagic, sizeof kTokenShardMagic) != 0,
+                    "data.paths: '", f, "' is a shard of prepared tokens (shardtrain data prepare wrote it), not "
+                    "text; train on its directory with --data.source=tokens");
     corpus.push_back('\n');  // files do not run into each other
   }
   ST_CHECK_DATA(corpus.size() > static_cast<size_t>(seq_len) + 1, "data.paths: the corpus has ", corpus.size(),

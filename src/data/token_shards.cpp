@@ -245,6 +245,18 @@ std::string token_index_json(const TokenIndex& x) {
   return j.dump(2) + "\n";
 }
 
+bool is_prepared_token_dir(const std::string& dir) {
+  std::error_code ec;
+  const fs::path index = fs::path(dir) / kTokenIndexName;
+  if (!fs::is_regular_file(index, ec)) return false;
+  if (fs::exists(fs::path(dir) / "shard-00000.bin", ec)) return true;
+  std::ifstream in(index, std::ios::binary);
+  std::string head(512, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  return head.find("\"shardtrain-tokens\"") != std::string::npos;
+}
+
 TokenIndex read_token_index(const std::string& dir) {
   const std::string path = (fs::path(dir) / kTokenIndexName).string();
   std::error_code ec;

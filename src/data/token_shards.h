@@ -120,6 +120,10 @@ struct TokenIndex {
 std::string token_index_json(const TokenIndex& index);
 // Reads <dir>/index.json; errors name the file and the key.
 TokenIndex read_token_index(const std::string& dir);
+// Whether `dir` looks like what `data prepare` writes: an index.json that says
+// "shardtrain-tokens" near its start, or one beside shard-00000.bin. Reads only a few
+// bytes; says nothing of whether the directory is intact (read_token_index does).
+bool is_prepared_token_dir(const std::string& dir);
 
 // A prepared directory opened whole: its index and every shard, each checked
 // against the index (token count, checksum in the header) and as TokenShard::open does.

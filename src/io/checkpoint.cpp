@@ -128,20 +128,35 @@ void commit_checkpoint(const std::string& tmp_dir, const CheckpointManifest& m) 
   fsync_path(parent, true);
 }
 
-std::optional<std::string> find_latest_checkpoint(const std::string& dir) {
+std::optional<std::string> find_latest_checkpoint(const std::string& dir, std::vector<std::string>* passed_over) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return std::nullopt;
   auto complete = [](const fs::path& p) { return fs::is_regular_file(p / "manifest.json"); };
-  std::ifstream latest(fs::path(dir) / "latest");
-  std::string name;
-  if (latest >> name && step_of(name) >= 0 && complete(fs::path(dir) / name)) return (fs::path(dir) / name).string();
-  int best = -1;
+  std::vector<std::pair<int, fs::path>> steps;  // every step-N directory
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const int s = step_of(e.path().filename().string());
-    if (s > best && complete(e.path())) best = s;
+    if (s >= 0 && e.is_directory(ec)) steps.emplace_back(s, e.path());
   }
-  if (best < 0) return std::nullopt;
-  return checkpoint_step_dir(dir, best);
+  std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::optional<std::string> found;
+  int found_step = -1;
+  std::ifstream latest(fs::path(dir) / "latest");
+  std::string name;
+  if (latest >> name && step_of(name) >= 0 && complete(fs::path(dir) / name)) {
+    found = (fs::path(dir) / name).string();
+    found_step = step_of(name);
+  } else {
+    for (const auto& [s, p] : steps)
+      if (complete(p)) {
+        found = checkpoint_step_dir(dir, s);
+        found_step = s;
+        break;
+      }
+  }
+  if (passed_over)
+    for (const auto& [s, p] : steps)
+      if (s > found_step && !complete(p)) passed_over->push_back(p.string());
+  return found;
 }
 
 static CheckpointManifest read_checkpoint_unclassified(const std::string& step_dir, bool verify_hashes) {
@@ -177,17 +192,31 @@ CheckpointManifest read_checkpoint(const std::string& step_dir, bool verify_hash
 void prune_checkpoints(const std::string& dir, int keep) {
   std::error_code ec;
   std::vector<std::pair<int, fs::path>> done;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 && step_of(name.substr(0, name.size() - 4)) >= 0) {
-      fs::remove_all(e.path(), ec);  // a save that was killed
+  auto stale = [](const std::string& name, const std::string& suffix) {  // step-N<suffix>
+    return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+           step_of(name.substr(0, name.size() - suffix.size())) >= 0;
+  };
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(dir, ec)) entries.push_back(e.path());
+  for (const fs::path& p : entries) {
+    const std::string name = p.filename().string();
+    if (stale(name, ".tmp") || stale(name, ".deleting")) {
+      fs::remove_all(p, ec);  // a save that was killed, or a removal that was
       continue;
     }
     const int s = step_of(name);
-    if (s >= 0 && fs::is_regular_file(e.path() / "manifest.json")) done.emplace_back(s, e.path());
+    if (s >= 0 && fs::is_regular_file(p / "manifest.json")) done.emplace_back(s, p);
   }
   std::sort(done.begin(), done.end());
-  for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < done.size(); ++i) fs::remove_all(done[i].second, ec);
+  for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < done.size(); ++i) {
+    // Out of the way first (one rename, which a kill cannot cut in half), then removed.
+    fs::path gone = done[i].second;
+    gone += ".deleting";
+    fs::remove_all(gone, ec);
+    fs::rename(done[i].second, gone, ec);
+    if (ec) continue;  // left complete, tried again at the next save
+    fs::remove_all(gone, ec);
+  }
 }
 
 }  // namespace st

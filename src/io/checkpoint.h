@@ -58,13 +58,18 @@ void commit_checkpoint(const std::string& tmp_dir, const CheckpointManifest& m);
 
 // The newest complete checkpoint under `dir` (the one `latest` names when it is
 // complete, else the highest step-N with a manifest), or nullopt when there is none.
-std::optional<std::string> find_latest_checkpoint(const std::string& dir);
+// `passed_over` (when given) gets the step-N directories newer than that one which
+// have no manifest (damaged, or emptied by hand), newest first, for a warning.
+std::optional<std::string> find_latest_checkpoint(const std::string& dir,
+                                                  std::vector<std::string>* passed_over = nullptr);
 
 // Reads and checks a checkpoint directory: the manifest parses, every file it lists
 // exists with its size and (with verify_hashes) its hash. st::Error naming the file.
 CheckpointManifest read_checkpoint(const std::string& step_dir, bool verify_hashes);
 
 // Removes all but the newest `keep` complete checkpoints (and any stale .tmp ones).
+// Each goes all or nothing: it is renamed to step-N.deleting first, which nothing
+// loads, and then removed; one left by a process killed half way is removed next time.
 void prune_checkpoints(const std::string& dir, int keep);
 
 }  // namespace st

@@ -372,6 +372,12 @@ DistEnv detect_dist_env(const Env& env) {
   }
   if (const std::string* id = lookup(env, "SHARDTRAIN_JOB_ID")) e.job_id = *id;
   if (const std::string* s = lookup(env, "SHARDTRAIN_JOB_SECRET")) e.job_secret = *s;
+  for (const char* name : {"SHARDTRAIN_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"})
+    if (const std::optional<int> n = opt_int(env, name)) {
+      ST_CHECK_DIST(*n >= 0, "launch environment: ", name, "=", *n, " must not be negative");
+      e.restart_count = *n;
+      break;
+    }
   return e;
 }
 

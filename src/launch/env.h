@@ -24,6 +24,10 @@ struct DistEnv {
   // The job's secret (SHARDTRAIN_JOB_SECRET; `shardtrain launch` makes one for a
   // one-node job): ranks prove they hold it when joining the rendezvous (comm/tcp_store.h).
   std::string job_secret;
+  // How many times a launcher has started this job's ranks again after a failure:
+  // SHARDTRAIN_RESTART_COUNT (`shardtrain launch --max-restarts`), else
+  // TORCHELASTIC_RESTART_COUNT (torchrun). 0: the first start.
+  int restart_count = 0;
 };
 
 // Reads the launch contract from `env` (the process environment when called with

@@ -556,6 +556,9 @@ std::map<std::string, std::string> rank_environment(const LaunchOptions& opt, in
   env["GROUP_WORLD_SIZE"] = std::to_string(opt.nnodes);
   env["MASTER_ADDR"] = opt.master_addr;
   env["MASTER_PORT"] = std::to_string(opt.master_port);
+  // A restarted rank may start over a run directory its failed predecessor left
+  // unfinished (torchrun's TORCHELASTIC_RESTART_COUNT, under our own name).
+  env["SHARDTRAIN_RESTART_COUNT"] = std::to_string(opt.restart);
   if (!opt.job_id.empty()) env["SHARDTRAIN_JOB_ID"] = opt.job_id;  // the rendezvous refuses other jobs' ranks
   if (!opt.job_secret.empty()) env["SHARDTRAIN_JOB_SECRET"] = opt.job_secret;  // and processes without the secret
   // The launcher prefixes every line with the rank already; the rank need not.
@@ -565,8 +568,15 @@ std::map<std::string, std::string> rank_environment(const LaunchOptions& opt, in
 
 int launch_local_ranks(const LaunchOptions& opt) {
   validate_launch_options(opt);
+  std::string first_failure;  // what made the first restart necessary
+  auto failures = [&](const std::string& last) {
+    return first_failure.empty() || first_failure == last ? "the last failure: " + last
+                                                          : "the first failure: " + first_failure + "; the last: " + last;
+  };
   for (int attempt = 0;; ++attempt) {
-    Launcher launcher(opt);
+    LaunchOptions this_start = opt;
+    this_start.restart = attempt;
+    Launcher launcher(this_start);
     const int code = launcher.run();
     // Restart on a rank's failure (torchelastic's rule: stop them all, start them all),
     // never when the launcher itself was told to stop.
@@ -574,17 +584,19 @@ int launch_local_ranks(const LaunchOptions& opt) {
     // fail the same way again: no restart.
     const bool repeats = code == kExitUsage || code == kExitData;
     if (code != 0 && repeats && opt.max_restarts > 0 && !launcher.interrupted()) {
-      std::fprintf(stderr, "launch: not restarting: %s (%s), which a restart would repeat\n",
+      std::fprintf(stderr, "launch: not restarting: %s (%s), which a restart would repeat%s\n",
                    launcher.failure().c_str(),
-                   code == kExitUsage ? "a usage or configuration error" : "an error in input data or model files");
+                   code == kExitUsage ? "a usage or configuration error" : "an error in input data or model files",
+                   first_failure.empty() ? "" : ("; the first failure: " + first_failure).c_str());
       return code;
     }
     if (code == 0 || launcher.interrupted() || attempt >= opt.max_restarts) {
       if (code != 0 && opt.max_restarts > 0 && !launcher.interrupted())
-        std::fprintf(stderr, "launch: giving up after %d restart%s; the last failure: %s\n", opt.max_restarts,
-                     opt.max_restarts == 1 ? "" : "s", launcher.failure().c_str());
+        std::fprintf(stderr, "launch: giving up after %d restart%s; %s\n", opt.max_restarts,
+                     opt.max_restarts == 1 ? "" : "s", failures(launcher.failure()).c_str());
       return code;
     }
+    if (first_failure.empty()) first_failure = launcher.failure();
     std::fprintf(stderr, "launch: restart %d of %d after %s\n", attempt + 1, opt.max_restarts,
                  launcher.failure().c_str());
     std::fflush(nullptr);

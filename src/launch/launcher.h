@@ -22,6 +22,7 @@ struct LaunchOptions {
   int max_restarts = 0;           // after a rank fails: stop all, start all again, this many times
   std::string job_id;             // SHARDTRAIN_JOB_ID of every rank ("" = the environment's, if any)
   std::string job_secret;         // SHARDTRAIN_JOB_SECRET of every rank ("" = the environment's, if any)
+  int restart = 0;                // which start this is (0: the first): SHARDTRAIN_RESTART_COUNT of every rank
 };
 
 // Throws st::Error naming the offending option.
@@ -30,15 +31,17 @@ void validate_launch_options(const LaunchOptions& opt);
 // The environment of local rank `local_rank`: `base` without the rank variables of
 // other launchers (Open MPI, PMI/PMIx, Slurm task placement, PyTorchJob PET_*), so a
 // rank never sees two disagreeing placements, plus RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and
-// SHARDTRAIN_JOB_ID and SHARDTRAIN_JOB_SECRET when opt.job_id and opt.job_secret are set.
+// LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// SHARDTRAIN_RESTART_COUNT (opt.restart), and SHARDTRAIN_JOB_ID and SHARDTRAIN_JOB_SECRET
+// when opt.job_id and opt.job_secret are set.
 std::map<std::string, std::string> rank_environment(const LaunchOptions& opt, int local_rank,
                                                     std::map<std::string, std::string> base);
 
 // Runs opt.nproc_per_node ranks to completion and returns the exit status the
 // launcher should exit with. With opt.max_restarts > 0, a failed rank stops all and
-// starts them all again (a training run then resumes from its latest checkpoint),
-// up to that many times; a launcher stopped by a signal is never restarted.
+// starts them all again (a training run then resumes from its latest checkpoint, or
+// starts from step 0 without one), up to that many times; a launcher stopped by a
+// signal is never restarted. Giving up names the first failure and the last.
 // Otherwise: the exit status the
 // launcher should exit with: 0 when every rank exited 0; otherwise the first failing
 // rank's status (128 + signal when it was killed), or 128 + signal when the launcher

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -46,24 +47,43 @@ void check_transport_checkable(const RunConfig& cfg, bool have_fabric, Device de
            "); drop it, or run on GPUs under `shardtrain launch`");
 }
 
+// Whether a metrics.jsonl holds a step record: a run that stopped before its first
+// step (a configuration error, a fabric mismatch) left nothing worth keeping.
+bool has_step_record(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step")) return true;
+  }
+  return false;
+}
+
 // A fresh start must not write over a run that stopped half way and left nothing
 // to continue from (its metrics would be lost in silence). Collective; rank 0 looks.
-void check_out_dir_fresh(const RunConfig& cfg, Comm& comm, int start) {
+// A launcher's restart (restart > 0) starts again over its own failed attempt; a
+// refusal is a usage error, which a launcher does not restart.
+void check_out_dir_fresh(const RunConfig& cfg, Comm& comm, int start, int restart, bool out) {
   std::string why;
   if (comm.rank() == 0 && start == 0 && cfg.run.resume == "auto" && !cfg.run.out_dir.empty() &&
-      std::filesystem::exists(cfg.run.out_dir + "/metrics.jsonl")) {
+      has_step_record(cfg.run.out_dir + "/metrics.jsonl")) {
     bool finished = false;
     try {
       finished = read_run_summary(cfg.run.out_dir + "/summary.json").finished();
     } catch (const std::exception&) {
     }
-    if (!finished)
+    if (!finished && restart > 0) {
+      if (out)
+        log_info("restart " + std::to_string(restart) + " by the launcher: no checkpoint to continue from in '" +
+                 cfg.run.out_dir + "'; starting again from step 0");
+    } else if (!finished) {
       why = "run.out_dir '" + cfg.run.out_dir + "' holds an unfinished run (metrics.jsonl, no finished "
             "summary.json) and no checkpoint to continue from; pass --run.resume=none to start afresh over it, or "
             "choose another run.out_dir";
+    }
   }
   if (comm.all_reduce_sum(why.empty() ? 0.0 : 1.0) > 0)
-    fail(why.empty() ? "rank 0 refused to start: run.out_dir holds an unfinished run" : why);
+    fail_config(why.empty() ? "rank 0 refused to start: run.out_dir holds an unfinished run" : why);
 }
 
 // The AdamW parameters of step s (0-based): the schedule's learning rate, and the
@@ -228,6 +248,10 @@ void Trainer::print_header() const {
                 o.lr, o.warmup_steps, o.lr * o.min_lr_ratio, cfg_.train.steps, o.beta1, o.beta2, o.weight_decay,
                 o.grad_clip);
   log_info(buf);
+  if (o.warmup_steps >= cfg_.train.steps)
+    log_warn("optim.warmup_steps (" + std::to_string(o.warmup_steps) + ") is not below train.steps (" +
+             std::to_string(cfg_.train.steps) + "): the learning rate only rises, and never decays; lower "
+             "--optim.warmup_steps");
   std::snprintf(buf, sizeof buf,
                 "flops: 6 x %s matmul params (lm_head included) + 6 x %d layers x %d hidden x %d seq (causal "
                 "attention) = %.3g GFLOP per token",
@@ -344,7 +368,7 @@ TrainResult Trainer::run(bool verbose) {
   check_transport_checkable(cfg_, fabric_ != nullptr, be_.device());
   // Where to continue from: rank 0 decides, every rank loads (collectively).
   const int start = resume();
-  check_out_dir_fresh(cfg_, comm_, start);
+  check_out_dir_fresh(cfg_, comm_, start, restart_count_, verbose && comm_.rank() == 0);
   RunState st = open_outputs(start, verbose && comm_.rank() == 0);
   t_start_ = now_seconds();
   StopSignals signals;
@@ -376,6 +400,9 @@ Trainer::RunState Trainer::open_outputs(int start, bool out) {
   st.out = out;
   st.start = start;
   const bool rank0 = comm_.rank() == 0;
+  // Refuse an export target that would fail only after the whole run, before the run
+  // directory is written: a configuration error leaves nothing behind.
+  if (rank0 && !cfg_.run.export_dir.empty()) check_export_dir(cfg_.run.export_dir, false);
   if (rank0 && !cfg_.run.out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(cfg_.run.out_dir, ec);
@@ -391,8 +418,6 @@ Trainer::RunState Trainer::open_outputs(int start, bool out) {
     st.tb = std::make_unique<TbEventWriter>(cfg_.run.out_dir + "/tb");
     st.tb->write_start(start + 1);
   }
-  // Refuse an export target that would fail only after the whole run.
-  if (rank0 && !cfg_.run.export_dir.empty()) check_export_dir(cfg_.run.export_dir, false);
   if (out) print_header();
   if (out && start > 0)
   {
@@ -578,7 +603,12 @@ int Trainer::resume() {
     std::string error;
     if (comm_.rank() == 0 && !checkpoint_dir().empty()) {
       try {
-        if (auto latest = find_latest_checkpoint(checkpoint_dir())) step = read_checkpoint(*latest, false).step + 1;
+        std::vector<std::string> passed_over;
+        const auto latest = find_latest_checkpoint(checkpoint_dir(), &passed_over);
+        for (const std::string& p : passed_over)
+          log_warn("run.resume=auto: passing over " + p + ": it has no manifest.json (an incomplete or damaged "
+                   "checkpoint); " + (latest ? "continuing from " + *latest : std::string("no complete checkpoint is older")));
+        if (latest) step = read_checkpoint(*latest, false).step + 1;
       } catch (const Error& e) {
         error = e.what();
         step = -1;

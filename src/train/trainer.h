@@ -54,6 +54,10 @@ class Trainer {
   StepMetrics step(int s);
   // All cfg.steps steps with output; `verbose` false prints nothing.
   TrainResult run(bool verbose = true);
+  // The launcher's restart count (DistEnv::restart_count): a restart without a
+  // checkpoint starts again from step 0 over the unfinished run its failed
+  // predecessor left, which a first start refuses.
+  void set_restart_count(int count) { restart_count_ = count; }
 
   // Writes the current weights in Hugging Face format (collective; rank 0 writes).
   void export_model(const std::string& dir, DType dtype);
@@ -109,6 +113,7 @@ class Trainer {
   double load_s_ = 0;
   double profile_ms_ = 0;  // step time summed over the profile window
   double first_step_after_start_ = 0;  // seconds from process start to the end of the first step
+  int restart_count_ = 0;
 };
 
 }  // namespace st

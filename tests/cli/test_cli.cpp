@@ -245,6 +245,37 @@ TEST(Cli, UnknownOptionSuggestsTheNearestKey) {
   EXPECT_TRUE(has(r, "stray")) << r.out;
 }
 
+// A mistyped command is named, with the nearest one, at every level that takes a
+// command; not "A subcommand is required" (one was given).
+TEST(Cli, UnknownCommandSuggestsTheNearest) {
+  for (const char* typo : {"traim", "trian"}) {
+    const Result r = sh(typo);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_TRUE(has(r, std::string("unknown command '") + typo + "' (did you mean train?")) << r.out;
+    EXPECT_FALSE(has(r, "A subcommand is required")) << r.out;
+  }
+  Result r = sh("data prepaer --help");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(has(r, "unknown command 'data prepaer' (did you mean data prepare?")) << r.out;
+  r = sh("xyzzy");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(has(r, "unknown command 'xyzzy' (commands: train, ")) << r.out;
+  EXPECT_EQ(sh("train --help").code, 0);  // a known command and options are untouched
+  EXPECT_EQ(sh("--version").code, 0);
+}
+
+// A warm-up as long as the run: the schedule never decays, which deserves a word.
+TEST(Cli, AWarmupAsLongAsTheRunIsWarnedAbout) {
+  const std::string run = "train --train.seq_len=32 --train.micro_batch=2 --train.steps=2 --run.out_dir=" +
+                          fresh_path("warmup").string();
+  Result r = sh(run + " --optim.warmup_steps=2");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r, "warning: optim.warmup_steps (2) is not below train.steps (2)")) << r.out;
+  r = sh(run + " --optim.warmup_steps=1 --run.resume=none");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(has(r, "optim.warmup_steps")) << r.out;
+}
+
 // "--run.out_dir=" is an empty value: it once took the next argument as its value and
 // ran 300 steps into a directory named "--train.steps=1".
 TEST(Cli, AnEmptyValueDoesNotSwallowTheNextArgument) {

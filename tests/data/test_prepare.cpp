@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -126,13 +127,50 @@ TEST(Prepare, RefusesANonEmptyOutUnlessForcedThenReplacesItWhole) {
   prepare_token_shards(o);
   EXPECT_FALSE(fs::exists(dir / "out" / "old.txt"));
   EXPECT_TRUE(fs::exists(dir / "out" / "index.json"));
-  // An input inside --out is refused even with --force.
-  o.inputs = {(dir / "out").string()};
+  // An input inside --out is refused even with --force (--out itself, a prepared
+  // directory, is not text in the first place).
+  o.inputs = {(dir / "out" / "index.json").string()};
   expect_error([&] { prepare_token_shards(o); }, {"inside --out"});
+  o.inputs = {(dir / "out").string()};
+  expect_error([&] { prepare_token_shards(o); }, {"is a directory of prepared tokens"});
   // An existing empty directory is fine.
   fs::create_directories(dir / "empty");
   o = byte_options(dir / "empty", {(dir / "in.txt").string()});
   EXPECT_NO_THROW(prepare_token_shards(o));
+}
+
+// A prepared directory inside an input directory (an earlier run's output) is skipped,
+// not read back as text; one named as an input is refused; an --out inside an input
+// directory is refused before anything is written.
+TEST(Prepare, PreparedDirectoriesAmongTheInputsAreNotText) {
+  const fs::path dir = temp_dir("prep_nested");
+  write_file(dir / "in" / "a.txt", "alpha");
+  write_file(dir / "in" / "b.txt", "bravo");
+  // An earlier output beside the text files, put there by hand as a user might.
+  prepare_token_shards(byte_options(dir / "in" / "tokens", {(dir / "in" / "a.txt").string()}));
+  ASSERT_TRUE(fs::exists(dir / "in" / "tokens" / "shard-00000.bin"));
+  const TokenIndex x = prepare_token_shards(byte_options(dir / "out", {(dir / "in").string()}));
+  EXPECT_EQ(x.documents, 2u);
+  ASSERT_EQ(x.inputs.size(), 2u);
+  EXPECT_EQ(x.inputs[0].path, (dir / "in" / "a.txt").string());
+  EXPECT_EQ(x.inputs[1].path, (dir / "in" / "b.txt").string());
+  EXPECT_EQ(x.tokens, 6u + 6u);
+  // Named as an input itself: refused, a usage error.
+  const std::optional<Error> named =
+      caught_error([&] { prepare_token_shards(byte_options(dir / "out2", {(dir / "in" / "tokens").string()})); });
+  ASSERT_TRUE(named);
+  EXPECT_NE(std::string(named->what()).find("is a directory of prepared tokens"), std::string::npos) << named->what();
+  EXPECT_EQ(named->kind(), ErrorKind::Usage);
+  EXPECT_FALSE(fs::exists(dir / "out2"));
+  // --out inside an input directory: refused, nothing written there or beside it.
+  const std::optional<Error> inner =
+      caught_error([&] { prepare_token_shards(byte_options(dir / "in" / "o", {(dir / "in").string()})); });
+  ASSERT_TRUE(inner);
+  EXPECT_NE(std::string(inner->what()).find("lies inside --input"), std::string::npos) << inner->what();
+  EXPECT_EQ(inner->kind(), ErrorKind::Usage);
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir / "in")) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"a.txt", "b.txt", "tokens"}));
 }
 
 TEST(Prepare, OutputIsTheSameBytesForAnyThreadCount) {

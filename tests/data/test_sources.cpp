@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "data/source.h"
+#include "support/data_files.h"
 
 namespace st {
 namespace {
@@ -146,6 +147,21 @@ TEST_F(TextSourceTest, SymbolicLinkLoopsAreNamed) {
   EXPECT_NE(make_text_source({dir.string()}, 256, 1, 8)->describe().find("2 files"), std::string::npos);
   // A missing path is a data error too.
   EXPECT_EQ(error_of([&] { make_text_source({(dir / "missing").string()}, 256, 1, 8); }).kind(), ErrorKind::Data);
+}
+
+// A directory that `data prepare` wrote, given as text (the default data.source): a
+// usage error that says how to train on it, for the directory, a folder holding it,
+// and a shard file named on its own. Not its bytes as text.
+TEST_F(TextSourceTest, APreparedTokenDirectoryIsNotText) {
+  const fs::path tokens = dir / "tokens";
+  prepare_token_shards(testing::byte_options(tokens, {(dir / "a.txt").string()}));
+  for (const fs::path& p : {tokens, dir, tokens / "shard-00000.bin"}) {
+    const Error e = error_of([&] { make_text_source({p.string()}, 256, 1, 8); });
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("--data.source=tokens"), std::string::npos) << p << ": " << msg;
+    EXPECT_NE(msg.find("prepared tokens"), std::string::npos) << p << ": " << msg;
+    EXPECT_EQ(e.kind(), ErrorKind::Usage) << p;
+  }
 }
 
 }  // namespace

@@ -67,6 +67,15 @@ TEST(DistEnv, JobIdentityComesFromShardtrainJobId) {
   EXPECT_EQ(e.job_id, "j2");
 }
 
+// A launcher's restart count: ours, else torchrun's; 0 without either.
+TEST(DistEnv, RestartCountComesFromTheLauncher) {
+  EXPECT_EQ(detect_dist_env({}).restart_count, 0);
+  EXPECT_EQ(detect_dist_env({{"SHARDTRAIN_RESTART_COUNT", "2"}}).restart_count, 2);
+  EXPECT_EQ(detect_dist_env({{"TORCHELASTIC_RESTART_COUNT", "1"}}).restart_count, 1);
+  EXPECT_EQ(detect_dist_env({{"SHARDTRAIN_RESTART_COUNT", "0"}, {"TORCHELASTIC_RESTART_COUNT", "3"}}).restart_count, 0);
+  EXPECT_THROW(detect_dist_env({{"SHARDTRAIN_RESTART_COUNT", "x"}}), Error);
+}
+
 TEST(DistEnv, KubernetesIndexedJob) {
   // One rank per pod: the completion index is the rank; pod 0 behind the headless
   // Service is the master, named from this pod's hostname "<job>-<index>".

@@ -306,6 +306,22 @@ TEST(Launch, RankKilledBySignalIsNamed) {
   EXPECT_TRUE(contains(r.out, "launch: rank 1 was killed by signal 9 (SIGKILL)")) << r.out;
 }
 
+// Every start tells its ranks which one it is (SHARDTRAIN_RESTART_COUNT: 0, 1, ...), and
+// giving up names the failure that began it all as well as the last one.
+TEST(Launch, RestartsAreCountedAndGivingUpNamesTheFirstFailure) {
+  Result r = launch({"--nproc-per-node", "2", "--max-restarts", "2", "--program", "/bin/sh", "--", "-c",
+                     "echo start=$SHARDTRAIN_RESTART_COUNT; [ \"$RANK\" = 1 ] || exit 0; "
+                     "[ \"$SHARDTRAIN_RESTART_COUNT\" = 0 ] && kill -KILL $$; exit 1"});
+  EXPECT_EQ(r.code(), 1) << r.out;
+  for (const char* start : {"[rank 1] start=0", "[rank 1] start=1", "[rank 1] start=2"})
+    EXPECT_TRUE(contains(r.out, start)) << start << "\n" << r.out;
+  EXPECT_TRUE(contains(r.out, "launch: restart 1 of 2 after rank 1 was killed by signal 9")) << r.out;
+  EXPECT_TRUE(contains(r.out, "launch: giving up after 2 restarts; the first failure: rank 1 was killed by signal 9 "
+                              "(SIGKILL); the last: rank 1 exited with status 1"))
+      << r.out;
+  EXPECT_EQ(st::rank_environment(st::LaunchOptions{}, 0, {})["SHARDTRAIN_RESTART_COUNT"], "0");
+}
+
 TEST(Launch, SigtermIsForwardedToEveryRank) {
   const fs::path d = temp_dir("term");
   const std::string script = "trap 'echo term > " + d.string() + "/term.$RANK; exit 0' TERM; echo up > " +

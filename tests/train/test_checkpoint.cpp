@@ -4,6 +4,10 @@
 // the file; a killed save is never picked.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -231,9 +235,50 @@ TEST_F(Damaged, AKilledSaveIsNeverPicked) {
   fs::create_directories(dir_ / "step-6");
   std::ofstream(dir_ / "latest") << "step-6\n";
   EXPECT_EQ(find_latest_checkpoint(dir_.string()), step_.string());
+  // ... and named, for the warning that says so.
+  std::vector<std::string> passed_over;
+  EXPECT_EQ(find_latest_checkpoint(dir_.string(), &passed_over), step_.string());
+  EXPECT_EQ(passed_over, std::vector<std::string>{(dir_ / "step-6").string()});
   prune_checkpoints(dir_.string(), 1);
   EXPECT_FALSE(fs::exists(dir_ / "step-4.tmp"));
   EXPECT_TRUE(fs::exists(step_));
+}
+
+// keep_last removes an old checkpoint all or nothing: renamed to step-N.deleting first
+// (which nothing loads), then removed, so a process killed while removing it never
+// leaves a step-N with only part of its files; what it leaves goes at the next prune.
+TEST(Checkpoint, PruningIsAllOrNothingWhenKilledHalfWay) {
+  const fs::path dir = temp_dir("prune_kill");
+  constexpr int kFiles = 20000;  // enough that removing them takes a while
+  fs::create_directories(dir / "step-2");
+  std::ofstream(dir / "step-2" / "manifest.json") << "{}";
+  fs::create_directories(dir / "step-1");
+  std::ofstream(dir / "step-1" / "manifest.json") << "{}";
+  for (int i = 0; i < kFiles; ++i) std::ofstream(dir / "step-1" / ("f" + std::to_string(i)));
+  auto entries = [](const fs::path& p) {
+    std::error_code ec;
+    int n = 0;
+    for (auto it = fs::directory_iterator(p, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) ++n;
+    return n;
+  };
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    prune_checkpoints(dir.string(), 1);
+    ::_exit(0);
+  }
+  // Kill it as soon as the removal has begun: step-1 gone or shrinking.
+  while (fs::exists(dir / "step-1") && entries(dir / "step-1") == kFiles + 1) {
+  }
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (fs::exists(dir / "step-1")) EXPECT_EQ(entries(dir / "step-1"), kFiles + 1) << "step-1 was left half removed";
+  EXPECT_EQ(find_latest_checkpoint(dir.string()), (dir / "step-2").string());
+  prune_checkpoints(dir.string(), 1);
+  EXPECT_FALSE(fs::exists(dir / "step-1"));
+  EXPECT_FALSE(fs::exists(dir / "step-1.deleting"));
+  EXPECT_TRUE(fs::exists(dir / "step-2" / "manifest.json"));
 }
 
 }  // namespace
