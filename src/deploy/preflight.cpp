@@ -77,6 +77,13 @@ std::vector<Finding> preflight(const ClusterSpec& s, const PreflightOptions& o) 
                                          type + " has " + std::to_string(g.efa_interfaces));
   if (s.pod_efa > 0 && !s.gpu.efa)
     refuse("workload.resources.efa", "pods ask for EFA devices but nodes.gpu.efa is false: none would be advertised");
+  if (s.gpu.efa && s.pod_efa == 0 && (s.expect_transport == "efa" || s.transport == "efa"))
+    refuse("workload.resources.efa",
+           "the worker pods ask for no vpc.amazonaws.com/efa but " +
+               std::string(s.expect_transport == "efa" ? "train.expect_transport" : "fabric.transport") +
+               " = \"efa\": without an EFA device in the pod NCCL cannot use EFA and every rank would refuse its "
+               "transport once the nodes are paid for; ask for the node's " + std::to_string(g.efa_interfaces) +
+               " (or leave the key out), or expect \"socket\"");
   if (s.expect_transport == "efa" && !s.gpu.efa)
     refuse("train.expect_transport", "expect_transport = \"efa\" with nodes.gpu.efa = false: every rank would "
                                      "refuse to train; enable EFA or expect \"socket\"");

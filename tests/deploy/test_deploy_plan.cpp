@@ -288,6 +288,11 @@ TEST(Preflight, EachRefusalNamesItsKey) {
       {{{"", "[workload.resources]\nefa = 2"}}, "workload.resources.efa", "asks for 2 vpc.amazonaws.com/efa but "
                                                                           "g6.12xlarge has 1"},
       {{{"efa = true", "efa = false"}}, "train.expect_transport", "every rank would refuse"},
+      // EFA on, an EFA transport expected, and pods that ask for no EFA device.
+      {{{"", "[workload.resources]\nefa = 0"}}, "workload.resources.efa",
+       "ask for no vpc.amazonaws.com/efa but train.expect_transport = \"efa\""},
+      {{{"expect_transport = \"efa\"", "expect_transport = \"\""}, {"", "[workload.resources]\nefa = 0"}},
+       "workload.resources.efa", "ask for no vpc.amazonaws.com/efa but fabric.transport = \"efa\""},
       {{{"", "[workload.resources]\ngpus = 2"}}, "workload.resources.gpus", "g6.12xlarge has 4, the pod asks for 2"},
       {{{"", "[workload.resources]\ncpu = 48"}}, "workload.resources.cpu", "asks for 48 CPU but a g6.12xlarge node"},
       {{{"", "[workload.resources]\nmemory_gib = 191"}}, "workload.resources.memory_gib", "GiB allocatable"},
@@ -393,6 +398,18 @@ TEST(DeployPlanCli, WritesEverythingOrNothing) {
   EXPECT_NE(r.out.find("REFUSED nodes.gpu.zones"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("REFUSED image.digest"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("refused by 2 preflight checks"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out2));
+  // Pods without EFA while EFA is expected: refused before anything is written.
+  const fs::path no_efa = variant("cli_no_efa", {{"", "[workload.resources]\nefa = 0"}});
+  r = run_shell(bin + " deploy plan --cluster " + no_efa.string() + " --out " + out2.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("REFUSED workload.resources.efa: the worker pods ask for no vpc.amazonaws.com/efa"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(no_efa.string() + ": refused by 1 preflight check"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out2));
+  r = run_shell(bin + " deploy apply --dry-run --cluster " + no_efa.string() + " --out " + out2.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("workload.resources.efa: the worker pods ask for no"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out2));
   r = run_shell(bin + " deploy plan --cluster " + kRecipe.string() + " --vcpu-quota 64 --out " + out2.string());
   EXPECT_NE(r.code, 0);
