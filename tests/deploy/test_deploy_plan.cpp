@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 
 #include "core/error.h"
 #include "deploy/cluster_file.h"
@@ -414,6 +416,89 @@ TEST(DeployPlanCli, WritesEverythingOrNothing) {
   r = run_shell(bin + " deploy plan --cluster " + kRecipe.string() + " --vcpu-quota 64 --out " + out2.string());
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("need 96 vCPU"), std::string::npos) << r.out;
+}
+
+// ---- the image's build context ---------------------------------------------------------
+
+// .dockerignore as Docker reads it: one pattern a line (# comments), matched against
+// the path from the context root ('*' and '?' within a component, '**' across
+// components, a leading '/' dropped, '!' re-includes); the last matching line wins,
+// and a directory that is excluded is not entered.
+struct DockerIgnore {
+  std::vector<std::pair<std::regex, bool>> rules;  // pattern, excludes
+  explicit DockerIgnore(const fs::path& file) {
+    std::ifstream in(file);
+    for (std::string l; std::getline(in, l);) {
+      while (!l.empty() && (l.back() == ' ' || l.back() == '\r')) l.pop_back();
+      if (l.empty() || l[0] == '#') continue;
+      const bool exclude = l[0] != '!';
+      if (!exclude) l.erase(0, 1);
+      while (!l.empty() && l[0] == '/') l.erase(0, 1);
+      while (!l.empty() && l.back() == '/') l.pop_back();
+      std::string re;
+      for (size_t i = 0; i < l.size(); ++i) {
+        if (l.compare(i, 3, "**/") == 0) re += "(.*/)?", i += 2;
+        else if (l.compare(i, 2, "**") == 0) re += ".*", i += 1;
+        else if (l[i] == '*') re += "[^/]*";
+        else if (l[i] == '?') re += "[^/]";
+        else if (std::string(".+()[]{}^$|\\").find(l[i]) != std::string::npos) re += std::string("\\") + l[i];
+        else re += l[i];
+      }
+      rules.emplace_back(std::regex(re), exclude);
+    }
+  }
+  bool excluded(const std::string& rel) const {
+    bool out = false;
+    for (const auto& [re, exclude] : rules)
+      if (std::regex_match(rel, re)) out = exclude;
+    return out;
+  }
+  // Every file of the context under `root`, relative to it.
+  std::vector<std::string> context(const fs::path& root) const {
+    std::vector<std::string> files;
+    for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
+      const std::string rel = fs::relative(it->path(), root).generic_string();
+      if (excluded(rel)) {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (!it->is_directory()) files.push_back(rel);
+    }
+    return files;
+  }
+};
+
+// A tree that has been set up, built and run in, as the one the Dockerfile is built
+// from: its build context is the sources, without the build outputs, the fetched
+// tools, the git metadata and the runs.
+TEST(DeployImage, TheBuildContextIsTheSourcesOnly) {
+  ASSERT_TRUE(fs::exists(kRoot / ".dockerignore"));
+  const fs::path tree = temp_dir("context") / "src";
+  for (const char* f : {"CMakeLists.txt", "scripts/setup.sh", "src/deploy/ray_driver.py", "src/cli/main.cpp",
+                        "configs/tiny.toml", "tests/deploy/golden/eks-g6-efa/Dockerfile", "docs/deploy.md",
+                        "build/shardtrain", "build/CMakeCache.txt", "build-cpu/CMakeFiles/x.o", "build-asan/a",
+                        ".tools/bin/kubectl", ".tools/npm/node_modules/x/layer.zip", ".git/HEAD", ".git/objects/ab/cd",
+                        "runs/tiny/metrics.jsonl", "bench-out/report.html", "src/core/.error.cpp.swp"}) {
+    fs::create_directories((tree / f).parent_path());
+    std::ofstream(tree / f) << "x";
+  }
+  fs::copy_file(kRoot / ".dockerignore", tree / ".dockerignore");
+  const auto files = DockerIgnore(tree / ".dockerignore").context(tree);
+  std::set<std::string> got(files.begin(), files.end());
+  for (const char* keep : {"CMakeLists.txt", "scripts/setup.sh", "src/deploy/ray_driver.py", "src/cli/main.cpp",
+                           "configs/tiny.toml", "tests/deploy/golden/eks-g6-efa/Dockerfile", "docs/deploy.md"})
+    EXPECT_TRUE(got.count(keep)) << keep << " is not in the context";
+  for (const std::string& f : got)
+    for (const char* out : {"build", ".tools/", ".git/", "runs/", "bench-out/"})
+      EXPECT_NE(f.rfind(out, 0), 0u) << f << " is in the context";
+  EXPECT_FALSE(got.count("src/core/.error.cpp.swp"));
+  // The rendered Dockerfile's COPY takes the tree whole: what it then needs is there.
+  const std::string docker = render_artifacts(load_cluster_file(kRecipe.string())).back().text;
+  EXPECT_NE(docker.find("COPY . /opt/shardtrain/src"), std::string::npos) << docker;
+  // This checkout too, as it is now (built or not).
+  for (const std::string& f : DockerIgnore(kRoot / ".dockerignore").context(kRoot))
+    for (const char* out : {"build", ".tools/", ".git/", "runs/", "bench-out/"})
+      EXPECT_NE(f.rfind(out, 0), 0u) << f << " is in this checkout's context";
 }
 
 }  // namespace
