@@ -307,6 +307,9 @@ ojson pytorch_job(const ClusterSpec& s) {
   for (const std::string& a : train_args(s)) command.push_back(a);
   ojson pod = worker_pod_spec(s, command);
   pod["containers"][0]["name"] = "pytorch";  // the operator finds its container by this name
+  // ... and its port by this one: without it the operator adds pytorchjob-port 23456
+  // and takes MASTER_PORT from that, not from workload.master_port.
+  pod["containers"][0]["ports"][0]["name"] = "pytorchjob-port";
   auto replica = [&](int n) {
     return ojson{{"replicas", n}, {"restartPolicy", "Never"},
                  {"template", {{"metadata", {{"labels", labels(s)}}}, {"spec", pod}}}};

@@ -158,6 +158,22 @@ TEST(DeployPlan, EveryManifestPassesThePublishedSchemasStrictly) {
   EXPECT_NE(schemas.validate(ray), "");
 }
 
+// The training operator takes MASTER_PORT from the container port named
+// pytorchjob-port (adding one at 23456 when there is none): it must be ours.
+TEST(DeployPlan, PyTorchJobUsesTheMasterPort) {
+  const fs::path pt = variant("pytorchjob_port", {{"engine = \"job\"", "engine = \"pytorchjob\""},
+                                                  {"master_port = 29500", "master_port = 29611"}});
+  const nlohmann::json job = docs_of(render_artifacts(load_cluster_file(pt.string())), "job.yaml").at(0);
+  ASSERT_EQ(job["kind"], "PyTorchJob");
+  for (const char* role : {"Master", "Worker"}) {
+    const nlohmann::json c = job["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["containers"][0];
+    EXPECT_EQ(c["name"], "pytorch") << role;
+    ASSERT_EQ(c["ports"].size(), 1u) << role;
+    EXPECT_EQ(c["ports"][0]["name"], "pytorchjob-port") << role;
+    EXPECT_EQ(c["ports"][0]["containerPort"], 29611) << role;
+  }
+}
+
 TEST(DeployPlan, TheWorkerPodIsTheRecipes) {
   const ClusterSpec s = load_cluster_file(kRecipe.string());
   const auto arts = render_artifacts(s);
