@@ -314,12 +314,19 @@ TEST(Preflight, EachRefusalNamesItsKey) {
       {{{"", "[workload.resources]\ngpus = 2"}}, "workload.resources.gpus", "g6.12xlarge has 4, the pod asks for 2"},
       {{{"", "[workload.resources]\ncpu = 48"}}, "workload.resources.cpu", "asks for 48 CPU but a g6.12xlarge node"},
       {{{"", "[workload.resources]\nmemory_gib = 191"}}, "workload.resources.memory_gib", "GiB allocatable"},
-      {{{"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n", ""}},
+      {{{"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n", ""},
+        {"allow_unpinned = true", "allow_unpinned = false"}},
        "image.digest", "is not pinned"},
+      // The samples' placeholder digests, without allow_unpinned.
+      {{{"allow_unpinned = true", "allow_unpinned = false"}}, "image.digest",
+       "the image the pods run is the all-zero placeholder, which no registry has"},
+      {{{"allow_unpinned = true", "allow_unpinned = false"}}, "image.base",
+       "the Dockerfile's base is the all-zero placeholder"},
       {{{"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n",
          "digest = \"sha256:abc\"\n"}},
        "image.digest", "is not a digest"},
-      {{{"-ubuntu24.04@sha256:0000000000000000000000000000000000000000000000000000000000000000", "-ubuntu24.04"}},
+      {{{"-ubuntu24.04@sha256:0000000000000000000000000000000000000000000000000000000000000000", "-ubuntu24.04"},
+        {"allow_unpinned = true", "allow_unpinned = false"}},
        "image.base", "not pinned by digest"},
       {{{"capacity = \"on-demand\"", "capacity = \"reservation\""}}, "nodes.gpu.capacity_reservation_id", "cr-"},
       {{}, "nodes.gpu.count", "need 96 vCPU of \"Running On-Demand G and VT instances\" (L-DB2E81BA) but the quota is 64",
@@ -409,13 +416,16 @@ TEST(DeployPlanCli, WritesEverythingOrNothing) {
   EXPECT_EQ(j["steps"].size(), 8u);
   // Refused: every refusal listed, a non-zero exit, nothing written.
   const fs::path bad = variant("cli_bad", {{"zones = [\"us-west-2a\"]", "zones = [\"us-west-2a\", \"us-west-2b\"]"},
-                                           {"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n", ""}});
+                                           {"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n", ""},
+                                           {"allow_unpinned = true", "allow_unpinned = false"}});
   const fs::path out2 = temp_dir("cli2") / "out";
   r = run_shell(bin + " deploy plan --cluster " + bad.string() + " --out " + out2.string());
   EXPECT_EQ(r.code, 2) << r.out;  // a configuration error
   EXPECT_NE(r.out.find("REFUSED nodes.gpu.zones"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("REFUSED image.digest"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("refused by 2 preflight checks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("REFUSED image.base: the digest of the Dockerfile's base is the all-zero placeholder"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("refused by 3 preflight checks"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out2));
   // Pods without EFA while EFA is expected: refused before anything is written.
   const fs::path no_efa = variant("cli_no_efa", {{"", "[workload.resources]\nefa = 0"}});
