@@ -1,6 +1,7 @@
 #include "deploy/apply.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -42,6 +43,12 @@ json parse_json(const ToolRun& r) {
   } catch (const json::exception&) {
     fail("deploy apply: `", r.line(), "` printed no JSON:\n", r.err_tail());
   }
+}
+
+// Seconds from the environment (the tests shorten the waits), or the default.
+double env_seconds(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atof(v) : fallback;
 }
 
 class Applier {
@@ -148,6 +155,12 @@ class Applier {
       }
       return done(must(argv));
     }
+    if (starts_with(argv, {"kubectl", "-n"}) && argv.size() > 5 && argv[3] == "rollout" && argv[4] == "status" &&
+        argv[5].rfind("daemonset/", 0) == 0)
+      return on_every_gpu_node(argv[2], argv[5].substr(10), must(argv));
+    if (starts_with(argv, {"kubectl", "-n"}) && argv.size() > 4 && argv[3] == "wait" &&
+        std::find(argv.begin(), argv.end(), "--for=condition=RayClusterProvisioned") != argv.end())
+      workers_as_planned(argv[2]);  // before the long wait: a wrong pod would only stay Pending
     if (starts_with(argv, {"kubectl", "apply", "--server-side", "-f"}) && fs::path(argv.back()).filename() == "job.yaml") {
       SubmitOptions so;  // step 8: submit, follow, and end with the job's result
       so.out_dir = o_.out_dir;
@@ -164,6 +177,58 @@ class Applier {
       return;
     }
     done(must(argv));
+  }
+
+  // A rollout of a DaemonSet that selects no node succeeds: the plugin's DaemonSet
+  // must also have one pod desired and ready per GPU node.
+  void on_every_gpu_node(const std::string& ns, const std::string& name, const ToolRun& rollout) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double wait_s = env_seconds("SHARDTRAIN_DEPLOY_WAIT_S", 120), poll_s = env_seconds("SHARDTRAIN_DEPLOY_POLL_S", 2);
+    const long want = s_.gpu.count;
+    while (true) {
+      const ToolRun r = must({"kubectl", "-n", ns, "get", "daemonset", name, "-o", "json"});
+      const json st = parse_json(r).value("status", json::object());
+      const long desired = st.value("desiredNumberScheduled", 0L), ready = st.value("numberReady", 0L);
+      if (desired == want && ready == want)
+        return done(rollout, std::to_string(ready) + " of " + std::to_string(want) + " GPU nodes have its pod ready");
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= wait_s)
+        fail("deploy apply: step ", step_->number, " (", step_->title, ") failed: daemonset ", ns, "/", name, " has ",
+             desired, " pod", desired == 1 ? "" : "s", " desired and ", ready, " ready, but the node group ", s_.gpu.name,
+             " has ", want, " GPU node", want == 1 ? "" : "s",
+             desired < want ? ": its nodeSelector, node affinity or tolerations leave GPU nodes out (they carry the "
+                              "label nvidia.com/gpu.present=true and the taint nvidia.com/gpu=true:NoSchedule), or "
+                              "nodes are not Ready (`shardtrain deploy verify` names them)"
+                            : ": it runs on nodes outside the GPU node group too",
+             "\n(every command and its output: ", run_.log_path(), ")");
+      std::this_thread::sleep_for(std::chrono::duration<double>(poll_s));
+    }
+  }
+
+  // The workload's worker pods, once they exist (up to a minute), against the plan:
+  // the GPUs and EFA devices each asks for, requests == limits.
+  void workers_as_planned(const std::string& ns) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double wait_s = env_seconds("SHARDTRAIN_DEPLOY_WAIT_S", 60), poll_s = env_seconds("SHARDTRAIN_DEPLOY_POLL_S", 2);
+    while (true) {
+      const ToolRun r = must({"kubectl", "-n", ns, "get", "pods", "-l", "app.kubernetes.io/instance=" + s_.job_name,
+                              "-o", "json"});
+      int workers = 0;
+      std::string bad;
+      for (const auto& pod : parse_json(r).value("items", json::array())) {
+        if (!is_worker_pod(s_, pod)) continue;
+        ++workers;
+        for (const Check& c : worker_pod_checks(s_, pod))
+          if (!c.ok) bad += "\n  " + c.subject + ": " + c.what + ": " + c.detail;
+      }
+      if (!bad.empty())
+        fail("deploy apply: step ", step_->number, " (", step_->title, ") failed: worker pods differ from the plan:", bad,
+             "\n(every command and its output: ", run_.log_path(), ")");
+      if (workers >= s_.gpu.count) return done(r, std::to_string(workers) + " worker pods as planned");
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= wait_s)
+        return done(r, std::to_string(workers) + " of " + std::to_string(s_.gpu.count) +
+                           " worker pods so far, each as planned");
+      std::this_thread::sleep_for(std::chrono::duration<double>(poll_s));
+    }
   }
 
   const ClusterSpec& s_;
@@ -237,12 +302,41 @@ int deploy_verify(const ClusterSpec& s, bool as_json, const std::string& log_pat
 
 namespace {
 
-std::string selector(const ClusterSpec& s) { return "app.kubernetes.io/instance=" + s.job_name; }
-
 json kubectl_json(const ToolRunner& run, const std::vector<std::string>& argv) {
   const ToolRun r = run.run(argv);
   if (r.code != 0) fail("deploy: `", r.line(), "` exited ", r.code, ":\n", r.err_tail());
   return parse_json(r);
+}
+
+// The object job.yaml makes, by engine.
+std::string job_kind(const ClusterSpec& s) {
+  return s.engine == "pytorchjob" ? "pytorchjob" : s.engine == "kuberay" ? "rayjob" : "job";
+}
+
+// The pods of the job as it is now, not of an earlier job of the same name (its pods
+// may outlive it): a Job's pods by the label Kubernetes gives them with its UID, every
+// engine's by the owner reference to that UID. The RayJob owns no worker pods (the
+// RayCluster does): those are found by the instance label alone.
+struct JobPods {
+  std::string uid;  // "" when the job does not exist
+  std::vector<json> pods;
+};
+
+JobPods job_pods(const ToolRunner& run, const ClusterSpec& s) {
+  JobPods out;
+  const ToolRun got = run.run({"kubectl", "-n", s.namespace_, "get", job_kind(s), s.job_name, "-o", "json"});
+  if (got.code == 0) out.uid = parse_json(got).value("metadata", json::object()).value("uid", "");
+  if (out.uid.empty() && s.engine != "kuberay") return out;
+  const std::string selector = s.engine == "job" ? "batch.kubernetes.io/controller-uid=" + out.uid
+                                                 : "app.kubernetes.io/instance=" + s.job_name;
+  const json pods = kubectl_json(run, {"kubectl", "-n", s.namespace_, "get", "pods", "-l", selector, "-o", "json"});
+  for (const auto& pod : pods.value("items", json::array())) {
+    bool owned = s.engine == "kuberay";
+    for (const auto& o : pod.value("metadata", json::object()).value("ownerReferences", json::array()))
+      owned = owned || o.value("uid", "") == out.uid;
+    if (owned) out.pods.push_back(pod);
+  }
+  return out;
 }
 
 // Pod index of a Job's pod (its completion index), or -1.
@@ -301,13 +395,22 @@ int deploy_submit(const ClusterSpec& s, const SubmitOptions& o) {
     for (std::string l; std::getline(ss, l);) std::printf("[pod 0] %s\n", l.c_str());
     std::fflush(stdout);
   };
+  std::set<std::string> checked;  // pods whose resources were compared with the plan
   while (true) {
-    const json pods = kubectl_json(run, {"kubectl", "-n", ns, "get", "pods", "-l", selector(s), "-o", "json"});
+    const JobPods job = job_pods(run, s);
+    if (job.uid.empty() && s.engine != "kuberay")
+      fail("deploy submit: ", job_kind(s), " ", s.job_name, " is not in namespace ", ns, " after `", applied.line(), "`");
     int succeeded = 0, failed = 0, total = 0;
     std::vector<json> failed_pods;
-    for (const auto& pod : pods.value("items", json::array())) {
+    for (const auto& pod : job.pods) {
       ++total;
       const std::string name = pod.value("metadata", json::object()).value("name", "?");
+      if (checked.insert(name).second) {  // a pod unlike the plan would wait or fail for nothing
+        std::string bad;
+        for (const Check& c : worker_pod_checks(s, pod))
+          if (!c.ok) bad += "\n  " + c.subject + ": " + c.what + ": " + c.detail;
+        if (!bad.empty()) fail("deploy submit: ", s.job_name, ": a worker pod differs from the plan:", bad);
+      }
       const std::string phase = pod.value("status", json::object()).value("phase", "Pending");
       if (pod_index(pod) == 0 || (rank0.empty() && pod_index(pod) < 0)) rank0 = name;
       std::string state = phase;
@@ -355,26 +458,23 @@ int deploy_submit(const ClusterSpec& s, const SubmitOptions& o) {
 
 int deploy_status(const ClusterSpec& s) {
   const ToolRunner run;
-  const json pods =
-      kubectl_json(run, {"kubectl", "-n", s.namespace_, "get", "pods", "-l", selector(s), "-o", "json"});
+  const JobPods job = job_pods(run, s);
   std::printf("%-40s %-6s %-10s %s\n", "pod", "index", "phase", "node / why");
-  for (const auto& pod : pods.value("items", json::array())) {
+  for (const auto& pod : job.pods) {
     const std::string phase = pod.value("status", json::object()).value("phase", "Pending");
     const std::string where = phase == "Pending" ? pending_reason(pod)
                                                  : pod.value("spec", json::object()).value("nodeName", "");
     std::printf("%-40s %-6d %-10s %s\n", pod["metadata"].value("name", "?").c_str(), pod_index(pod), phase.c_str(),
                 where.c_str());
   }
-  if (pods.value("items", json::array()).empty()) std::printf("(no pods of %s in %s)\n", s.job_name.c_str(), s.namespace_.c_str());
+  if (job.pods.empty()) std::printf("(no pods of %s in %s)\n", s.job_name.c_str(), s.namespace_.c_str());
   return 0;
 }
 
 int deploy_logs(const ClusterSpec& s, int rank) {
   const ToolRunner run;
   const int want = rank < 0 ? 0 : rank / std::max(1, s.pod_gpus);
-  const json pods =
-      kubectl_json(run, {"kubectl", "-n", s.namespace_, "get", "pods", "-l", selector(s), "-o", "json"});
-  for (const auto& pod : pods.value("items", json::array())) {
+  for (const auto& pod : job_pods(run, s).pods) {
     if (pod_index(pod) != want) continue;
     const ToolRun r = run.run({"kubectl", "-n", s.namespace_, "logs", pod["metadata"].value("name", "")});
     if (r.code != 0) fail("deploy logs: `", r.line(), "` exited ", r.code, ":\n", r.err_tail());

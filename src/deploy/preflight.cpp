@@ -77,6 +77,13 @@ std::vector<Finding> preflight(const ClusterSpec& s, const PreflightOptions& o) 
                                          type + " has " + std::to_string(g.efa_interfaces));
   if (s.pod_efa > 0 && !s.gpu.efa)
     refuse("workload.resources.efa", "pods ask for EFA devices but nodes.gpu.efa is false: none would be advertised");
+  if (s.gpu.efa && s.pod_efa == 0 && (s.expect_transport == "efa" || s.transport == "efa"))
+    refuse("workload.resources.efa",
+           "the worker pods ask for no vpc.amazonaws.com/efa but " +
+               std::string(s.expect_transport == "efa" ? "train.expect_transport" : "fabric.transport") +
+               " = \"efa\": without an EFA device in the pod NCCL cannot use EFA and every rank would refuse its "
+               "transport once the nodes are paid for; ask for the node's " + std::to_string(g.efa_interfaces) +
+               " (or leave the key out), or expect \"socket\"");
   if (s.expect_transport == "efa" && !s.gpu.efa)
     refuse("train.expect_transport", "expect_transport = \"efa\" with nodes.gpu.efa = false: every rank would "
                                      "refuse to train; enable EFA or expect \"socket\"");
@@ -106,6 +113,23 @@ std::vector<Finding> preflight(const ClusterSpec& s, const PreflightOptions& o) 
     refuse("image.digest", "the image " + s.image_repository + (s.image_tag.empty() ? "" : ":" + s.image_tag) +
                                " is not pinned: a tag can move, so two runs could use different bytes; set "
                                "image.digest = \"sha256:...\" (or image.allow_unpinned = true)");
+  // sha256:000...0 names no image: the sample files' placeholder.
+  auto placeholder = [](const std::string& d) { return is_digest(d) && d.find_first_not_of('0', 7) == std::string::npos; };
+  const std::string base_digest =
+      s.base_image.find('@') == std::string::npos ? "" : s.base_image.substr(s.base_image.find('@') + 1);
+  for (const auto& [key, digest] : {std::pair<std::string, std::string>{"image.digest", s.image_digest},
+                                    {"image.base", base_digest}}) {
+    if (!placeholder(digest)) continue;
+    const std::string what = key == "image.digest" ? "the image the pods run" : "the Dockerfile's base";
+    if (s.allow_unpinned)
+      note(key, "the digest of " + what + " is the all-zero placeholder (image.allow_unpinned = true): no registry "
+                "has it; put the real digest here before `deploy apply`");
+    else
+      refuse(key, "the digest of " + what + " is the all-zero placeholder, which no registry has: " +
+                      (key == "image.digest" ? "build and push the image and put the digest `docker push` printed here"
+                                             : "put the base image's digest here (docker buildx imagetools inspect)") +
+                      " (or image.allow_unpinned = true to plan with it)");
+  }
   if (!s.image_digest.empty() && !is_digest(s.image_digest))
     refuse("image.digest", "'" + s.image_digest + "' is not a digest (sha256: and 64 lower-case hex digits)");
   if (s.base_image.empty())

@@ -13,6 +13,8 @@ const char* kConfigDir = "/etc/shardtrain";
 const char* kDriver = "/opt/shardtrain/ray_driver.py";
 const char* kGpuLabel = "nvidia.com/gpu.present";
 const char* kNodeGroupLabel = "eks.amazonaws.com/nodegroup";
+const char* kEfaRelease = "aws-efa-k8s-device-plugin";          // our Helm release, its namespace and DaemonSet
+const char* kEksctlEfaDaemonSet = "aws-efa-k8s-device-plugin";  // eksctl's copy, in kube-system
 
 ojson labels(const ClusterSpec& s) {
   return {{"app.kubernetes.io/name", "shardtrain"}, {"app.kubernetes.io/instance", s.job_name}};
@@ -305,6 +307,9 @@ ojson pytorch_job(const ClusterSpec& s) {
   for (const std::string& a : train_args(s)) command.push_back(a);
   ojson pod = worker_pod_spec(s, command);
   pod["containers"][0]["name"] = "pytorch";  // the operator finds its container by this name
+  // ... and its port by this one: without it the operator adds pytorchjob-port 23456
+  // and takes MASTER_PORT from that, not from workload.master_port.
+  pod["containers"][0]["ports"][0]["name"] = "pytorchjob-port";
   auto replica = [&](int n) {
     return ojson{{"replicas", n}, {"restartPolicy", "Never"},
                  {"template", {{"metadata", {{"labels", labels(s)}}}, {"spec", pod}}}};
@@ -369,8 +374,8 @@ std::vector<Artifact> render_artifacts(const ClusterSpec& s) {
        {eksctl_config(s)});
   yaml("helm/nvidia-device-plugin.values.yaml", "Helm values: NVIDIA device plugin on the GPU nodes",
        {nvidia_values(s)});
-  yaml("helm/aws-efa-k8s-device-plugin.values.yaml",
-       "Helm values: EFA device plugin (for clusters whose EFA nodes eksctl did not make)", {efa_values(s)});
+  yaml("helm/aws-efa-k8s-device-plugin.values.yaml", "Helm values: EFA device plugin on the GPU nodes",
+       {efa_values(s)});
   if (s.engine == "kuberay")
     yaml("helm/kuberay-operator.values.yaml", "Helm values: KubeRay operator on the system node", {kuberay_values(s)});
   std::vector<ojson> base = base_workload(s);
@@ -441,14 +446,29 @@ std::vector<PlanStep> plan_steps(const ClusterSpec& s, const std::string& dir) {
   nv.insert(nv.end(), {"--namespace", "nvidia-device-plugin", "--create-namespace", "--values",
                        at("helm/nvidia-device-plugin.values.yaml"), "--wait"});
   plugins.commands.push_back(nv);
+  plugins.commands.push_back({"kubectl", "-n", "nvidia-device-plugin", "rollout", "status",
+                              "daemonset/nvidia-device-plugin", "--timeout=300s"});
   if (s.gpu.efa) {
-    plugins.commands.push_back({"kubectl", "-n", "kube-system", "rollout", "status",
-                                        "daemonset/aws-efa-k8s-device-plugin-daemonset", "--timeout=300s"});
-    plugins.notes.push_back("eksctl installs the EFA device plugin with an efaEnabled node group; the plan only waits "
-                            "for it (a Helm release would be a second owner). The chart's values are rendered for "
-                            "clusters eksctl did not make: aws-efa-k8s-device-plugin " + v.efa_device_plugin +
-                            " from https://aws.github.io/eks-charts");
+    // eksctl installs its own copy of the EFA plugin with every efaEnabled node group
+    // (no option turns that off) and it tolerates no GPU taint, so it never runs on
+    // the GPU nodes: it goes, and the chart (whose values tolerate the taint) is the
+    // one owner. Both of eksctl's names: aws-efa-k8s-device-plugin since 0.204.
+    plugins.commands.push_back({"kubectl", "-n", "kube-system", "delete", "daemonset", kEksctlEfaDaemonSet,
+                                "aws-efa-k8s-device-plugin-daemonset", "--ignore-not-found"});
+    std::vector<std::string> efa = chart(kEfaRelease, "https://aws.github.io/eks-charts", v.efa_device_plugin);
+    efa.insert(efa.end(), {"--namespace", kEfaRelease, "--create-namespace", "--values",
+                           at("helm/aws-efa-k8s-device-plugin.values.yaml"), "--wait"});
+    plugins.commands.push_back(efa);
+    plugins.commands.push_back({"kubectl", "-n", kEfaRelease, "rollout", "status",
+                                std::string("daemonset/") + kEfaRelease, "--timeout=300s"});
+    plugins.notes.push_back("eksctl's own EFA device plugin (kube-system/" + std::string(kEksctlEfaDaemonSet) +
+                            ") tolerates only CriticalAddonsOnly and aws.amazon.com/efa, not the GPU nodes' taint "
+                            "nvidia.com/gpu: it is deleted and the chart aws-efa-k8s-device-plugin " +
+                            v.efa_device_plugin + " installed in its place");
   }
+  plugins.notes.push_back("a DaemonSet that selects no node rolls out too: `deploy apply` also waits until each "
+                          "plugin's DaemonSet has " + std::to_string(s.gpu.count) +
+                          " pods desired and ready, one per GPU node");
   steps.push_back(plugins);
 
   PlanStep op{5, "KubeRay operator", {}, {}};

@@ -1,6 +1,7 @@
 #include "deploy/verify.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -42,6 +43,41 @@ std::string plugin_of(const json& pod_spec, const std::string& name) {
   return "";
 }
 
+// Why a node cannot run pods: its Ready condition other than True, and the taints the
+// node lifecycle controller sets on a NotReady or unreachable node. "" when ready.
+std::string not_ready(const json& node) {
+  std::string why;
+  bool found = false;
+  for (const auto& c : node.value("status", json::object()).value("conditions", json::array())) {
+    if (c.value("type", "") != "Ready") continue;
+    found = true;
+    if (c.value("status", "") != "True")
+      why = "Ready=" + c.value("status", "") + (c.value("reason", "").empty() ? "" : " (" + c.value("reason", "") + ")");
+  }
+  if (!found) why = "no Ready condition";
+  for (const auto& t : node.value("spec", json::object()).value("taints", json::array())) {
+    const std::string key = t.value("key", "");
+    if (key == "node.kubernetes.io/unreachable" || key == "node.kubernetes.io/not-ready")
+      why += (why.empty() ? "" : "; ") + std::string("taint ") + key + ":" + t.value("effect", "");
+  }
+  return why;
+}
+
+// The amount of an extended resource a pod asks for (its containers' requests, which
+// Kubernetes takes from the limits when only those are given).
+long requested(const json& pod_spec, const std::string& res) {
+  long n = 0;
+  for (const auto& c : pod_spec.value("containers", json::array())) {
+    const json r = c.value("resources", json::object());
+    const json from = r.value("requests", json::object()).contains(res) ? r["requests"] : r.value("limits", json::object());
+    if (from.contains(res)) {
+      const json& q = from[res];
+      n += q.is_string() ? std::atol(q.get<std::string>().c_str()) : q.is_number() ? q.get<long>() : 0;
+    }
+  }
+  return n;
+}
+
 std::string owner_daemonset(const json& pod) {
   for (const auto& o : pod.value("metadata", json::object()).value("ownerReferences", json::array()))
     if (o.value("kind", "") == "DaemonSet") return o.value("name", "");
@@ -49,6 +85,34 @@ std::string owner_daemonset(const json& pod) {
 }
 
 }  // namespace
+
+bool is_worker_pod(const ClusterSpec& s, const json& pod) {
+  return pod.value("metadata", json::object()).value("namespace", "") == s.namespace_ &&
+         label(pod, "app.kubernetes.io/instance") == s.job_name &&
+         label(pod, "ray.io/node-type") != "head";  // the CPU-only Ray head
+}
+
+std::vector<Check> worker_pod_checks(const ClusterSpec& s, const json& pod) {
+  std::vector<Check> out;
+  const json spec = pod.value("spec", json::object());
+  const std::string subject = "pod " + s.namespace_ + "/" + pod.value("metadata", json::object()).value("name", "?");
+  bool equal = true;
+  for (const auto& c : spec.value("containers", json::array())) {
+    const json r = c.value("resources", json::object());
+    equal = equal && r.contains("limits") && (!r.contains("requests") || r["requests"] == r["limits"]);
+  }
+  out.push_back({subject, "requests == limits", equal, equal ? "yes" : "no: the pod is not Guaranteed"});
+  // What the plan gives every worker: all the node's GPUs and its EFA devices.
+  for (const auto& [res, want] : {std::pair<std::string, long>{"nvidia.com/gpu", s.pod_gpus},
+                                  {"vpc.amazonaws.com/efa", std::max(s.pod_efa, 0)}}) {
+    const long got = requested(spec, res);
+    out.push_back({subject, "requested " + res, got == want,
+                   std::to_string(got) + (got == want ? "" : ", want " + std::to_string(want) + " (the plan's worker pod)")});
+  }
+  const std::string qos = pod.value("status", json::object()).value("qosClass", "");
+  if (!qos.empty()) out.push_back({subject, "qosClass", qos == "Guaranteed", qos});
+  return out;
+}
 
 std::vector<Check> verify_cluster(const ClusterSpec& s, const ClusterState& st) {
   std::vector<Check> out;
@@ -67,6 +131,13 @@ std::vector<Check> verify_cluster(const ClusterSpec& s, const ClusterState& st) 
       std::to_string(gpu_nodes.size()) + (static_cast<int>(gpu_nodes.size()) == s.gpu.count
                                               ? ""
                                               : ", want " + std::to_string(s.gpu.count)));
+
+  for (const auto& n : st.nodes.value("items", json::array()))
+    if (label(n, kGroupLabel) == s.system.name) {
+      const std::string down = not_ready(n);
+      add("node " + n.value("metadata", json::object()).value("name", "?"), "Ready", down.empty(),
+          down.empty() ? "yes" : down + ": the system node group runs CoreDNS and the operators");
+    }
 
   // DaemonSets per plugin.
   std::map<std::string, std::vector<std::string>> owners;
@@ -89,6 +160,8 @@ std::vector<Check> verify_cluster(const ClusterSpec& s, const ClusterState& st) 
   for (const json& n : gpu_nodes) {
     const std::string name = n.value("metadata", json::object()).value("name", "?");
     const std::string subject = "node " + name;
+    const std::string down = not_ready(n);
+    add(subject, "Ready", down.empty(), down.empty() ? "yes" : down + ": pods cannot run on this node");
     add(subject, "label " + std::string(kGpuLabel), label(n, kGpuLabel) == "true",
         label(n, kGpuLabel) == "true" ? "true"
                                       : "missing: the NVIDIA device plugin's DaemonSet will not run on this node");
@@ -124,19 +197,12 @@ std::vector<Check> verify_cluster(const ClusterSpec& s, const ClusterState& st) 
   for (const auto& n : st.nodes.value("items", json::array()))
     node_zone[n.value("metadata", json::object()).value("name", "")] = label(n, kZoneLabel);
   for (const auto& pod : st.pods.value("items", json::array())) {
-    if (pod.value("metadata", json::object()).value("namespace", "") != s.namespace_ || label(pod, "app.kubernetes.io/instance") != s.job_name)
-      continue;
+    if (!is_worker_pod(s, pod)) continue;
+    const std::string phase = pod.value("status", json::object()).value("phase", "");
+    if (phase == "Succeeded" || phase == "Failed") continue;  // done: it holds no node any more
     const json spec = pod.value("spec", json::object());
-    if (label(pod, "ray.io/node-type") == "head") continue;  // the CPU-only Ray head
     const std::string subject = "pod " + s.namespace_ + "/" + pod.value("metadata", json::object()).value("name", "?");
-    bool equal = true;
-    for (const auto& c : spec.value("containers", json::array())) {
-      const json r = c.value("resources", json::object());
-      equal = equal && r.contains("limits") && (!r.contains("requests") || r["requests"] == r["limits"]);
-    }
-    add(subject, "requests == limits", equal, equal ? "yes" : "no: the pod is not Guaranteed");
-    const std::string qos = pod.value("status", json::object()).value("qosClass", "");
-    if (!qos.empty()) add(subject, "qosClass", qos == "Guaranteed", qos);
+    for (Check& c : worker_pod_checks(s, pod)) out.push_back(std::move(c));
     const std::string node = spec.value("nodeName", "");
     if (node.empty()) continue;  // not scheduled yet
     add(subject, "one pod per node", nodes_used.insert(node).second, node);

@@ -33,6 +33,11 @@ const fs::path kRoot = SHARDTRAIN_SOURCE_DIR;
 const fs::path kRecipe = kRoot / "configs/deploy/eks-g6-efa.toml";
 const fs::path kFixtures = fs::path(SHARDTRAIN_TEST_DATA) / "k8s/two-g6";
 const fs::path kKubectl = fs::path(SHARDTRAIN_TOOLS_DIR) / "kubectl";
+// The EFA device plugin's DaemonSet as eksctl applies it with an efaEnabled node group:
+// named aws-efa-k8s-device-plugin (since eksctl 0.204), in kube-system, tolerating
+// CriticalAddonsOnly and aws.amazon.com/efa only (eksctl adds none for the node
+// groups' taints), node affinity on EFA instance types.
+const fs::path kEksctlEfa = fs::path(SHARDTRAIN_TEST_DATA) / "k8s/eksctl-efa-device-plugin.json";
 
 json load(const fs::path& p) {
   std::ifstream in(p);
@@ -87,9 +92,8 @@ TEST(DeployVerify, EachProblemIsNamed) {
       {"one node", [&](ClusterState& s) { s.nodes["items"].erase(1); }, "node group gpu", "GPU nodes: 1, want 2"},
       {"two EFA plugins",
        [&](ClusterState& s) {
-         json d = s.daemonsets["items"][1];
-         d["metadata"]["name"] = "aws-efa-k8s-device-plugin";
-         d["metadata"]["namespace"] = "aws-efa";
+         json d = s.daemonsets["items"][1];  // eksctl's copy left beside the chart's
+         d["metadata"]["namespace"] = "kube-system";
          s.daemonsets["items"].push_back(d);
        },
        "plugin efa", "two owners"},
@@ -105,6 +109,39 @@ TEST(DeployVerify, EachProblemIsNamed) {
       {"two pods on one node",
        [&](ClusterState& s) { s.pods["items"][5]["spec"]["nodeName"] = s.pods["items"][2]["spec"]["nodeName"]; },
        "pod shardtrain/qwen-train-1", "one pod per node"},
+      {"node NotReady",
+       [&](ClusterState& s) {
+         node1(s)["status"]["conditions"][0]["status"] = "False";
+         node1(s)["status"]["conditions"][0]["reason"] = "KubeletNotReady";
+       },
+       "node " + kNode1, "Ready: Ready=False (KubeletNotReady)"},
+      {"node unreachable",
+       [&](ClusterState& s) {
+         node1(s)["status"]["conditions"][0]["status"] = "Unknown";
+         node1(s)["spec"]["taints"].push_back({{"key", "node.kubernetes.io/unreachable"}, {"effect", "NoExecute"}});
+       },
+       "node " + kNode1, "taint node.kubernetes.io/unreachable:NoExecute"},
+      {"system node unreachable",
+       [&](ClusterState& s) {
+         s.nodes["items"][2]["spec"]["taints"].push_back({{"key", "node.kubernetes.io/unreachable"}, {"effect", "NoSchedule"}});
+       },
+       "node ip-10-42-2-20.us-west-2.compute.internal", "taint node.kubernetes.io/unreachable:NoSchedule"},
+      // Guaranteed (requests == limits) but not the plan's pod: 2 GPUs and no EFA.
+      {"two GPUs and no EFA",
+       [&](ClusterState& s) {
+         json& r = s.pods["items"][5]["spec"]["containers"][0]["resources"];
+         for (const char* k : {"requests", "limits"}) {
+           r[k]["nvidia.com/gpu"] = "2";
+           r[k].erase("vpc.amazonaws.com/efa");
+         }
+       },
+       "pod shardtrain/qwen-train-1", "requested nvidia.com/gpu: 2, want 4"},
+      {"no EFA asked for",
+       [&](ClusterState& s) {
+         json& r = s.pods["items"][5]["spec"]["containers"][0]["resources"];
+         for (const char* k : {"requests", "limits"}) r[k].erase("vpc.amazonaws.com/efa");
+       },
+       "pod shardtrain/qwen-train-1", "requested vpc.amazonaws.com/efa: 0, want 1"},
   };
   for (const Case& c : cases) {
     ClusterState s = base_state();
@@ -234,9 +271,14 @@ fs::path fake_tools(const fs::path& dir, bool fake_helm = true) {
          "esac\n");
   if (fake_helm) script("helm",
          "case \"$1\" in\n"
-         "  list) if [ \"${FAKE_EXISTS:-0}\" = 1 ]; then echo '[{\"name\": \"nvidia-device-plugin\", \"namespace\": "
+         "  list) if [ \"${FAKE_EXISTS:-0}\" = 1 ]; then case \"$*\" in\n"
+         "      *nvidia-device-plugin*) echo '[{\"name\": \"nvidia-device-plugin\", \"namespace\": "
          "\"nvidia-device-plugin\", \"revision\": \"1\", \"status\": \"deployed\", \"chart\": "
-         "\"nvidia-device-plugin-0.20.0\", \"app_version\": \"0.20.0\"}]'; else echo '[]'; fi ;;\n"
+         "\"nvidia-device-plugin-0.20.0\", \"app_version\": \"0.20.0\"}]' ;;\n"
+         "      *) echo '[{\"name\": \"aws-efa-k8s-device-plugin\", \"namespace\": \"aws-efa-k8s-device-plugin\", "
+         "\"revision\": \"1\", \"status\": \"deployed\", \"chart\": \"aws-efa-k8s-device-plugin-v0.5.30\", "
+         "\"app_version\": \"v0.5.20\"}]' ;;\n"
+         "    esac; else echo '[]'; fi ;;\n"
          "  *) echo 'Release has been upgraded' ;;\n"
          "esac\n");
   return bin;
@@ -250,7 +292,13 @@ TEST(DeployApply, DryRunPrintsTheCommandSequence) {
                             "aws ec2 describe-instance-type-offerings",
                             "aws ec2 create-placement-group --group-name shardtrain-g6-gpu --strategy cluster",
                             "eksctl create cluster -f", "helm upgrade --install nvidia-device-plugin",
-                            "kubectl -n kube-system rollout status daemonset/aws-efa-k8s-device-plugin-daemonset",
+                            "kubectl -n nvidia-device-plugin rollout status daemonset/nvidia-device-plugin",
+                            // eksctl's EFA plugin (either name) goes; the chart's takes its place.
+                            "kubectl -n kube-system delete daemonset aws-efa-k8s-device-plugin "
+                            "aws-efa-k8s-device-plugin-daemonset --ignore-not-found",
+                            "helm upgrade --install aws-efa-k8s-device-plugin",
+                            "--namespace aws-efa-k8s-device-plugin --create-namespace --values",
+                            "kubectl -n aws-efa-k8s-device-plugin rollout status daemonset/aws-efa-k8s-device-plugin",
                             "kubectl apply --server-side -f", "shardtrain deploy verify --cluster"};
   size_t at = 0;
   for (const char* c : in_order) {
@@ -291,6 +339,33 @@ TEST(DeployApply, RunsTheStepsThenSkipsWhatIsDone) {
   EXPECT_EQ(calls.find("helm upgrade"), std::string::npos) << calls;
   EXPECT_NE(r.out.find("skipped: cluster shardtrain-g6 and its node groups exist"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("skipped: release nvidia-device-plugin 0.20.0 is deployed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("skipped: release aws-efa-k8s-device-plugin v0.5.30 is deployed"), std::string::npos) << r.out;
+}
+
+// A DaemonSet that selects no node "rolls out": step 4 waits for one pod desired and
+// ready per GPU node, and stops naming the DaemonSet and the counts.
+TEST(DeployApply, APluginOnNoGpuNodeStopsStep4) {
+  if (!have_tools()) GTEST_SKIP() << "kubectl (scripts/get_kube_tools.sh) or python3-yaml is missing";
+  const fs::path dir = temp_dir("ds0");
+  const fs::path bin = fake_tools(dir);
+  const fs::path fx = dir / "fixtures";
+  fs::create_directories(fx);
+  fs::copy_file(kFixtures / "nodes.json", fx / "nodes.json");
+  json ds = load(kFixtures / "daemonsets.json");
+  ASSERT_EQ(ds["items"][1]["metadata"]["name"], "aws-efa-k8s-device-plugin");
+  ds["items"][1]["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.present"] = "yes";  // no node has it
+  std::ofstream(fx / "daemonsets.json") << ds.dump(1);
+  KubeServer server(fx, dir);
+  const std::string cmd = server.env() + "PATH=" + bin.string() + ":$PATH SHARDTRAIN_DEPLOY_WAIT_S=1 " +
+                          "SHARDTRAIN_DEPLOY_POLL_S=0.2 " + SHARDTRAIN_BINARY + " deploy apply --cluster " +
+                          kRecipe.string() + " --out " + (dir / "out").string();
+  const auto r = st::testing::run_shell(cmd);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("2 of 2 GPU nodes have its pod ready"), std::string::npos) << "the NVIDIA plugin's:\n" << r.out;
+  EXPECT_NE(r.out.find("step 4 (Device plugins) failed: daemonset aws-efa-k8s-device-plugin/aws-efa-k8s-device-plugin "
+                       "has 0 pods desired and 0 ready, but the node group gpu has 2 GPU nodes"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("[step 6/7]"), std::string::npos) << r.out;
 }
 
 TEST(DeployApply, ShortCapacityStopsBeforeAnythingIsCreated) {
@@ -320,29 +395,23 @@ TEST(DeployApply, AMissingToolIsNamedWithHowToGetIt) {
   EXPECT_NE(r.out.find("eksctl: install eksctl"), std::string::npos) << r.out;
 }
 
-// The real helm too: the NVIDIA device plugin's chart (from helm.charts_dir, the
-// published package) installed into the test server with --wait, its DaemonSet's pods
-// Ready on both GPU nodes for verify; the second run finds the release deployed.
+// The real helm too: the NVIDIA and EFA device plugins' charts (from helm.charts_dir,
+// the published packages) installed into the test server with --wait in place of
+// eksctl's EFA plugin, their DaemonSets' pods Ready on both GPU nodes for verify; the
+// second run finds the releases deployed.
 TEST(DeployApply, RealHelmInstallsTheDevicePlugin) {
   if (!have_tools() || !fs::exists(kKubectl.parent_path() / "helm")) GTEST_SKIP() << "kubectl or helm is missing";
   const fs::path charts = fs::path(SHARDTRAIN_SHARED_DIR) / "deploy/charts";
   if (!fs::exists(charts)) GTEST_SKIP() << "../shared/deploy/charts is absent";
   const fs::path dir = temp_dir("helm");
   const fs::path bin = fake_tools(dir, /*fake_helm=*/false);
-  // The cluster as eksctl leaves it: nodes, its EFA plugin; no NVIDIA plugin yet.
+  // The cluster as eksctl leaves it: the nodes (GPU nodes tainted nvidia.com/gpu) and
+  // eksctl's EFA plugin, whose DaemonSet the test server runs where it would: nowhere
+  // (the GPU taint is not tolerated, the system node's type is not an EFA type).
   const fs::path fx = dir / "fixtures";
   fs::create_directories(fx);
   fs::copy_file(kFixtures / "nodes.json", fx / "nodes.json");
-  json ds = load(kFixtures / "daemonsets.json"), pods = load(kFixtures / "pods.json");
-  json keep_ds = json::array(), keep_pods = json::array();
-  for (const auto& d : ds["items"])
-    if (d["metadata"]["name"] != "nvidia-device-plugin") keep_ds.push_back(d);
-  for (const auto& p : pods["items"])
-    if (p["metadata"]["namespace"] == "kube-system") keep_pods.push_back(p);
-  ds["items"] = keep_ds;
-  pods["items"] = keep_pods;
-  std::ofstream(fx / "daemonsets.json") << ds.dump(1);
-  std::ofstream(fx / "pods.json") << pods.dump(1);
+  fs::copy_file(kEksctlEfa, fx / "eksctl-efa.json");
   std::string text = read_file(kRecipe);
   text.replace(text.find("[train]"), 7, "[helm]\ncharts_dir = \"" + charts.string() + "\"\n\n[train]");
   text.replace(text.find("\"../qwen2.5-1.5b.toml\""), 22, "\"" + (kRoot / "configs/qwen2.5-1.5b.toml").string() + "\"");
@@ -351,16 +420,34 @@ TEST(DeployApply, RealHelmInstallsTheDevicePlugin) {
   KubeServer server(fx, dir);
   const std::string cmd = server.env() + "PATH=" + bin.string() + ":$PATH " + SHARDTRAIN_BINARY +
                           " deploy apply --cluster " + cluster.string() + " --out " + (dir / "out").string();
-  auto r = st::testing::run_shell(cmd);
+  // Before: eksctl's EFA plugin is on no GPU node, so they would advertise no EFA.
+  auto r = st::testing::run_shell(server.env() + "kubectl get daemonset -n kube-system aws-efa-k8s-device-plugin "
+                                  "-o jsonpath='{.status.desiredNumberScheduled}'");
+  EXPECT_EQ(r.out, "0") << r.out;
+  r = st::testing::run_shell(cmd);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("nvidia-device-plugin-0.20.0.tgz --version 0.20.0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("aws-efa-k8s-device-plugin-v0.5.30.tgz --version v0.5.30"), std::string::npos) << r.out;
   EXPECT_NE(read_file(dir / "out/deploy.log").find("STATUS: deployed"), std::string::npos);
+  // eksctl's copy is gone; the chart's runs on both GPU nodes and nowhere else.
+  r = st::testing::run_shell(server.env() + "kubectl get daemonsets --all-namespaces -o json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::map<std::string, long> desired;
+  const json listed = json::parse(r.out);
+  for (const auto& d : listed["items"])
+    desired[d["metadata"]["namespace"].get<std::string>() + "/" + d["metadata"]["name"].get<std::string>()] =
+        d["status"]["desiredNumberScheduled"];
+  EXPECT_EQ(desired.count("kube-system/aws-efa-k8s-device-plugin"), 0u) << r.out;
+  EXPECT_EQ(desired["aws-efa-k8s-device-plugin/aws-efa-k8s-device-plugin"], 2) << r.out;
+  EXPECT_EQ(desired["nvidia-device-plugin/nvidia-device-plugin"], 2) << r.out;
   r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy verify --cluster " + cluster.string());
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("nvidia device plugin pod Ready     ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("efa device plugin pod Ready        ok"), std::string::npos) << r.out;
   r = st::testing::run_shell(cmd);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("skipped: release nvidia-device-plugin 0.20.0 is deployed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("skipped: release aws-efa-k8s-device-plugin v0.5.30 is deployed"), std::string::npos) << r.out;
 }
 
 TEST(DeployDestroy, AsksFirstUnlessYes) {
@@ -463,11 +550,31 @@ TEST(DeploySubmit, TwoPodTinyJobRunsToCompletion) {
   EXPECT_NE(r.out.find("deleted"), std::string::npos) << r.out;
 }
 
+// Pods of an earlier Job of the same name that outlived it (deleted with
+// --cascade=orphan, or not yet collected): Succeeded, with that Job's UID.
+void add_leftover_pods(const fs::path& fx) {
+  json pods = load(fx / "pods.json");
+  const std::string old_uid = "5e1d0c2b-0000-4000-8000-0000000000aa";
+  for (int i = 0; i < 2; ++i) {
+    json p = load(kFixtures / "pods.json")["items"][2 + 3 * i];  // qwen-train-0-..., qwen-train-1-...
+    p["metadata"]["name"] = "qwen-train-" + std::to_string(i) + "-old" + std::to_string(i);
+    p["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] = old_uid;
+    p["metadata"]["labels"]["controller-uid"] = old_uid;
+    p["metadata"]["ownerReferences"][0]["uid"] = old_uid;
+    p["status"]["phase"] = "Succeeded";
+    pods["items"].push_back(p);
+  }
+  std::ofstream(fx / "pods.json") << pods.dump(1);
+}
+
 TEST(DeploySubmit, ARankThatCannotMeetItsTransportIsNamed) {
   if (!have_tools()) GTEST_SKIP() << "kubectl (scripts/get_kube_tools.sh) or python3-yaml is missing";
   const fs::path dir = temp_dir("gate");
   const fs::path cluster = tiny_cluster(dir, "efa", test::free_port());
-  KubeServer server(empty_cluster(dir), dir, true);
+  // Succeeded pods of an earlier qwen-train are there too: only this Job's pods count.
+  const fs::path fx = empty_cluster(dir);
+  add_leftover_pods(fx);
+  KubeServer server(fx, dir, true);
   const fs::path out = dir / "out";
   auto r = apply_workload(server, cluster, out);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -476,6 +583,12 @@ TEST(DeploySubmit, ARankThatCannotMeetItsTransportIsNamed) {
   EXPECT_NE(r.out.find("qwen-train failed:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fabric.expect_transport=efa checks NCCL's transport"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("step 1/3"), std::string::npos) << "no step may run: " << r.out;
+  EXPECT_EQ(r.out.find("-old"), std::string::npos) << "a pod of the earlier job was followed: " << r.out;
+  EXPECT_EQ(r.out.find("completed"), std::string::npos) << r.out;
+  r = st::testing::run_shell(server.env() + SHARDTRAIN_BINARY + " deploy status --cluster " + cluster.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("-old"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Failed"), std::string::npos) << r.out;
 }
 
 TEST(DeploySubmit, PendingPodsSayWhy) {

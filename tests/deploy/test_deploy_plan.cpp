@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 
 #include "core/error.h"
 #include "deploy/cluster_file.h"
@@ -156,6 +158,22 @@ TEST(DeployPlan, EveryManifestPassesThePublishedSchemasStrictly) {
   EXPECT_NE(schemas.validate(ray), "");
 }
 
+// The training operator takes MASTER_PORT from the container port named
+// pytorchjob-port (adding one at 23456 when there is none): it must be ours.
+TEST(DeployPlan, PyTorchJobUsesTheMasterPort) {
+  const fs::path pt = variant("pytorchjob_port", {{"engine = \"job\"", "engine = \"pytorchjob\""},
+                                                  {"master_port = 29500", "master_port = 29611"}});
+  const nlohmann::json job = docs_of(render_artifacts(load_cluster_file(pt.string())), "job.yaml").at(0);
+  ASSERT_EQ(job["kind"], "PyTorchJob");
+  for (const char* role : {"Master", "Worker"}) {
+    const nlohmann::json c = job["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["containers"][0];
+    EXPECT_EQ(c["name"], "pytorch") << role;
+    ASSERT_EQ(c["ports"].size(), 1u) << role;
+    EXPECT_EQ(c["ports"][0]["name"], "pytorchjob-port") << role;
+    EXPECT_EQ(c["ports"][0]["containerPort"], 29611) << role;
+  }
+}
+
 TEST(DeployPlan, TheWorkerPodIsTheRecipes) {
   const ClusterSpec s = load_cluster_file(kRecipe.string());
   const auto arts = render_artifacts(s);
@@ -288,15 +306,27 @@ TEST(Preflight, EachRefusalNamesItsKey) {
       {{{"", "[workload.resources]\nefa = 2"}}, "workload.resources.efa", "asks for 2 vpc.amazonaws.com/efa but "
                                                                           "g6.12xlarge has 1"},
       {{{"efa = true", "efa = false"}}, "train.expect_transport", "every rank would refuse"},
+      // EFA on, an EFA transport expected, and pods that ask for no EFA device.
+      {{{"", "[workload.resources]\nefa = 0"}}, "workload.resources.efa",
+       "ask for no vpc.amazonaws.com/efa but train.expect_transport = \"efa\""},
+      {{{"expect_transport = \"efa\"", "expect_transport = \"\""}, {"", "[workload.resources]\nefa = 0"}},
+       "workload.resources.efa", "ask for no vpc.amazonaws.com/efa but fabric.transport = \"efa\""},
       {{{"", "[workload.resources]\ngpus = 2"}}, "workload.resources.gpus", "g6.12xlarge has 4, the pod asks for 2"},
       {{{"", "[workload.resources]\ncpu = 48"}}, "workload.resources.cpu", "asks for 48 CPU but a g6.12xlarge node"},
       {{{"", "[workload.resources]\nmemory_gib = 191"}}, "workload.resources.memory_gib", "GiB allocatable"},
-      {{{"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n", ""}},
+      {{{"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n", ""},
+        {"allow_unpinned = true", "allow_unpinned = false"}},
        "image.digest", "is not pinned"},
+      // The samples' placeholder digests, without allow_unpinned.
+      {{{"allow_unpinned = true", "allow_unpinned = false"}}, "image.digest",
+       "the image the pods run is the all-zero placeholder, which no registry has"},
+      {{{"allow_unpinned = true", "allow_unpinned = false"}}, "image.base",
+       "the Dockerfile's base is the all-zero placeholder"},
       {{{"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n",
          "digest = \"sha256:abc\"\n"}},
        "image.digest", "is not a digest"},
-      {{{"-ubuntu24.04@sha256:0000000000000000000000000000000000000000000000000000000000000000", "-ubuntu24.04"}},
+      {{{"-ubuntu24.04@sha256:0000000000000000000000000000000000000000000000000000000000000000", "-ubuntu24.04"},
+        {"allow_unpinned = true", "allow_unpinned = false"}},
        "image.base", "not pinned by digest"},
       {{{"capacity = \"on-demand\"", "capacity = \"reservation\""}}, "nodes.gpu.capacity_reservation_id", "cr-"},
       {{}, "nodes.gpu.count", "need 96 vCPU of \"Running On-Demand G and VT instances\" (L-DB2E81BA) but the quota is 64",
@@ -386,17 +416,115 @@ TEST(DeployPlanCli, WritesEverythingOrNothing) {
   EXPECT_EQ(j["steps"].size(), 8u);
   // Refused: every refusal listed, a non-zero exit, nothing written.
   const fs::path bad = variant("cli_bad", {{"zones = [\"us-west-2a\"]", "zones = [\"us-west-2a\", \"us-west-2b\"]"},
-                                           {"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n", ""}});
+                                           {"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n", ""},
+                                           {"allow_unpinned = true", "allow_unpinned = false"}});
   const fs::path out2 = temp_dir("cli2") / "out";
   r = run_shell(bin + " deploy plan --cluster " + bad.string() + " --out " + out2.string());
   EXPECT_EQ(r.code, 2) << r.out;  // a configuration error
   EXPECT_NE(r.out.find("REFUSED nodes.gpu.zones"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("REFUSED image.digest"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("refused by 2 preflight checks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("REFUSED image.base: the digest of the Dockerfile's base is the all-zero placeholder"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("refused by 3 preflight checks"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out2));
+  // Pods without EFA while EFA is expected: refused before anything is written.
+  const fs::path no_efa = variant("cli_no_efa", {{"", "[workload.resources]\nefa = 0"}});
+  r = run_shell(bin + " deploy plan --cluster " + no_efa.string() + " --out " + out2.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("REFUSED workload.resources.efa: the worker pods ask for no vpc.amazonaws.com/efa"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(no_efa.string() + ": refused by 1 preflight check"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out2));
+  r = run_shell(bin + " deploy apply --dry-run --cluster " + no_efa.string() + " --out " + out2.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("workload.resources.efa: the worker pods ask for no"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out2));
   r = run_shell(bin + " deploy plan --cluster " + kRecipe.string() + " --vcpu-quota 64 --out " + out2.string());
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("need 96 vCPU"), std::string::npos) << r.out;
+}
+
+// ---- the image's build context ---------------------------------------------------------
+
+// .dockerignore as Docker reads it: one pattern a line (# comments), matched against
+// the path from the context root ('*' and '?' within a component, '**' across
+// components, a leading '/' dropped, '!' re-includes); the last matching line wins,
+// and a directory that is excluded is not entered.
+struct DockerIgnore {
+  std::vector<std::pair<std::regex, bool>> rules;  // pattern, excludes
+  explicit DockerIgnore(const fs::path& file) {
+    std::ifstream in(file);
+    for (std::string l; std::getline(in, l);) {
+      while (!l.empty() && (l.back() == ' ' || l.back() == '\r')) l.pop_back();
+      if (l.empty() || l[0] == '#') continue;
+      const bool exclude = l[0] != '!';
+      if (!exclude) l.erase(0, 1);
+      while (!l.empty() && l[0] == '/') l.erase(0, 1);
+      while (!l.empty() && l.back() == '/') l.pop_back();
+      std::string re;
+      for (size_t i = 0; i < l.size(); ++i) {
+        if (l.compare(i, 3, "**/") == 0) re += "(.*/)?", i += 2;
+        else if (l.compare(i, 2, "**") == 0) re += ".*", i += 1;
+        else if (l[i] == '*') re += "[^/]*";
+        else if (l[i] == '?') re += "[^/]";
+        else if (std::string(".+()[]{}^$|\\").find(l[i]) != std::string::npos) re += std::string("\\") + l[i];
+        else re += l[i];
+      }
+      rules.emplace_back(std::regex(re), exclude);
+    }
+  }
+  bool excluded(const std::string& rel) const {
+    bool out = false;
+    for (const auto& [re, exclude] : rules)
+      if (std::regex_match(rel, re)) out = exclude;
+    return out;
+  }
+  // Every file of the context under `root`, relative to it.
+  std::vector<std::string> context(const fs::path& root) const {
+    std::vector<std::string> files;
+    for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
+      const std::string rel = fs::relative(it->path(), root).generic_string();
+      if (excluded(rel)) {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (!it->is_directory()) files.push_back(rel);
+    }
+    return files;
+  }
+};
+
+// A tree that has been set up, built and run in, as the one the Dockerfile is built
+// from: its build context is the sources, without the build outputs, the fetched
+// tools, the git metadata and the runs.
+TEST(DeployImage, TheBuildContextIsTheSourcesOnly) {
+  ASSERT_TRUE(fs::exists(kRoot / ".dockerignore"));
+  const fs::path tree = temp_dir("context") / "src";
+  for (const char* f : {"CMakeLists.txt", "scripts/setup.sh", "src/deploy/ray_driver.py", "src/cli/main.cpp",
+                        "configs/tiny.toml", "tests/deploy/golden/eks-g6-efa/Dockerfile", "docs/deploy.md",
+                        "build/shardtrain", "build/CMakeCache.txt", "build-cpu/CMakeFiles/x.o", "build-asan/a",
+                        ".tools/bin/kubectl", ".tools/npm/node_modules/x/layer.zip", ".git/HEAD", ".git/objects/ab/cd",
+                        "runs/tiny/metrics.jsonl", "bench-out/report.html", "src/core/.error.cpp.swp"}) {
+    fs::create_directories((tree / f).parent_path());
+    std::ofstream(tree / f) << "x";
+  }
+  fs::copy_file(kRoot / ".dockerignore", tree / ".dockerignore");
+  const auto files = DockerIgnore(tree / ".dockerignore").context(tree);
+  std::set<std::string> got(files.begin(), files.end());
+  for (const char* keep : {"CMakeLists.txt", "scripts/setup.sh", "src/deploy/ray_driver.py", "src/cli/main.cpp",
+                           "configs/tiny.toml", "tests/deploy/golden/eks-g6-efa/Dockerfile", "docs/deploy.md"})
+    EXPECT_TRUE(got.count(keep)) << keep << " is not in the context";
+  for (const std::string& f : got)
+    for (const char* out : {"build", ".tools/", ".git/", "runs/", "bench-out/"})
+      EXPECT_NE(f.rfind(out, 0), 0u) << f << " is in the context";
+  EXPECT_FALSE(got.count("src/core/.error.cpp.swp"));
+  // The rendered Dockerfile's COPY takes the tree whole: what it then needs is there.
+  const std::string docker = render_artifacts(load_cluster_file(kRecipe.string())).back().text;
+  EXPECT_NE(docker.find("COPY . /opt/shardtrain/src"), std::string::npos) << docker;
+  // This checkout too, as it is now (built or not).
+  for (const std::string& f : DockerIgnore(kRoot / ".dockerignore").context(kRoot))
+    for (const char* out : {"build", ".tools/", ".git/", "runs/", "bench-out/"})
+      EXPECT_NE(f.rfind(out, 0), 0u) << f << " is in this checkout's context";
 }
 
 }  // namespace

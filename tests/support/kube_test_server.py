@@ -14,7 +14,7 @@ releases in, Kubernetes protobuf; bodies validated against the published JSON
 Schemas (--schemas: ../shared/deploy/schemas) strictly, answering 422 with causes as
 the API server does; metadata.generation as the API server keeps it; DELETE; pod
 logs. A DaemonSet gets the status its controller would report and a Ready pod on
-each node it selects and tolerates (so `helm --wait`, `kubectl rollout status` and
+each node it selects (node selector and required node affinity) and tolerates (so `helm --wait`, `kubectl rollout status` and
 `deploy verify` see it running).
 Objects come from the JSON files in --fixtures (a List or single objects).
 Writes a kubeconfig pointing at itself when --kubeconfig is given, then prints
@@ -25,8 +25,9 @@ fixture nodes as the scheduler would (node selector, the GPU taint, one pod per
 node, requests against allocatable; a pod that fits nowhere stays Pending with the
 scheduler's message, e.g. "0/3 nodes are available: 2 Insufficient
 vpc.amazonaws.com/efa"), and each scheduled pod runs as a local process: the
-container's command with its environment, JOB_COMPLETION_INDEX and HOSTNAME as
-Kubernetes sets them, ConfigMap volumes written under DIR/<pod>/ (arguments naming
+container's command with its environment (the downward API's labels, name and
+namespace resolved), JOB_COMPLETION_INDEX and HOSTNAME as Kubernetes sets them, the
+Job's name and UID as its pod labels (batch.kubernetes.io/controller-uid), ConfigMap volumes written under DIR/<pod>/ (arguments naming
 the mount path are pointed there) and the working directory there too. The test
 cluster has no DNS, so MASTER_ADDR is set to 127.0.0.1 where the pod does not set
 it: the pods' "<job>-0.<service>" name stands for this host. Pod phases, logs and
@@ -112,6 +113,11 @@ class Store:
                 elif f.endswith(".log"):  # <namespace>.<pod>.log
                     ns, pod = f[:-4].split(".", 1)
                     self.logs[(ns, pod)] = open(path).read()
+            # Once every node is there: the DaemonSets' status (and pods) as their
+            # controller would have them.
+            for key, o in list(self.objects.items()):
+                if o.get("kind") == "DaemonSet":
+                    self.daemonset_controller(o)
 
     def put(self, o, old=None):
         gv, kind = o["apiVersion"], o["kind"]
@@ -138,13 +144,7 @@ class Store:
         for (gv, p, _, _), node in list(self.objects.items()):
             if gv != "v1" or p != "nodes":
                 continue
-            labels = node["metadata"].get("labels", {})
-            if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-                continue
-            untolerated = [t for t in (node.get("spec", {}).get("taints") or []) if t.get("effect") == "NoSchedule"
-                           and not any(x.get("operator") == "Exists" and x.get("key") in (None, "", t.get("key"))
-                                       for x in spec.get("tolerations", []))]
-            if untolerated:
+            if not selects(spec, node) or untolerated(spec, node, ("NoSchedule",)):
                 continue
             n += 1
             owned = [o for o in list(self.objects.values()) if o.get("kind") == "Pod"
@@ -281,6 +281,44 @@ def decode_protobuf(body):
     return o
 
 
+def selects(pod_spec, node):
+    """Whether the pod's nodeSelector and required node affinity admit the node."""
+    labels = node["metadata"].get("labels", {}) or {}
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False
+    terms = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    if not terms:
+        return True
+
+    def holds(e):
+        has, value = e["key"] in labels, labels.get(e["key"])
+        op, values = e["operator"], e.get("values") or []
+        if op == "In":
+            return has and value in values
+        if op == "NotIn":
+            return not has or value not in values
+        if op == "Exists":
+            return has
+        if op == "DoesNotExist":
+            return not has
+        if op in ("Gt", "Lt"):
+            return has and (int(value) > int(values[0]) if op == "Gt" else int(value) < int(values[0]))
+        return False
+    return any(all(holds(e) for e in t.get("matchExpressions") or []) for t in terms)
+
+
+def untolerated(pod_spec, node, effects=("NoSchedule", "NoExecute")):
+    """The node's taints of these effects that no toleration of the pod matches."""
+    def tolerates(x, t):
+        op = x.get("operator", "Equal")
+        key_ok = x.get("key", "") == t.get("key") or (not x.get("key") and op == "Exists")
+        value_ok = op == "Exists" or x.get("value", "") == t.get("value", "")
+        return key_ok and value_ok and x.get("effect", "") in ("", t.get("effect"))
+    return [t for t in (node.get("spec", {}).get("taints") or []) if t.get("effect") in effects
+            and not any(tolerates(x, t) for x in pod_spec.get("tolerations") or [])]
+
+
 def quantity(q):
     """A Kubernetes quantity as a float: "40", "47810m", "160Gi", "192800664Ki"."""
     q = str(q)
@@ -312,14 +350,12 @@ class Kubelet:
         nodes = [o for (gv, p, _, _), o in sorted(self.store.objects.items()) if gv == "v1" and p == "nodes"]
         reasons = {}
         for n in nodes:
-            name, nl = n["metadata"]["name"], n["metadata"].get("labels", {})
+            name = n["metadata"]["name"]
             why = None
-            if any(nl.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+            if not selects(spec, n):
                 why = "node(s) didn't match Pod's node affinity/selector"
-            for t in (n.get("spec", {}).get("taints") or []) if why is None else []:
-                tol = any(x.get("key") == t.get("key") and x.get("operator") == "Exists" for x in spec.get("tolerations", []))
-                if not tol and t.get("effect") in ("NoSchedule", "NoExecute"):
-                    why = "node(s) had untolerated taint {%s: %s}" % (t.get("key"), t.get("value", ""))
+            for t in untolerated(spec, n)[:1] if why is None else []:
+                why = "node(s) had untolerated taint {%s: %s}" % (t.get("key"), t.get("value", ""))
             if why is None:
                 for o in self.store.objects.values():
                     if o.get("kind") == "Pod" and o["spec"].get("nodeName") == name and o["status"].get("phase") in ("Pending", "Running") \
@@ -348,7 +384,10 @@ class Kubelet:
         for i in range(int(spec.get("completions", 1))):
             pod_name = "%s-%d-%s" % (name, i, "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5)))
             labels = dict(tmpl.get("metadata", {}).get("labels", {}))
+            # As the Job controller labels its pods: the Job's name and UID (old and
+            # new keys) and the completion index.
             labels.update({"batch.kubernetes.io/job-name": name, "job-name": name,
+                           "batch.kubernetes.io/controller-uid": md.get("uid", ""), "controller-uid": md.get("uid", ""),
                            "batch.kubernetes.io/job-completion-index": str(i)})
             pod = {"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
@@ -421,6 +460,13 @@ class Kubelet:
         env = dict(os.environ)
         for e in c.get("env", []):
             env[e["name"]] = e.get("value", "")
+            ref = (e.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath", "")
+            m = re.match(r"metadata\.(labels|annotations)\['([^']+)'\]$", ref)
+            if m:  # the downward API
+                env[e["name"]] = pod["metadata"].get(m.group(1), {}).get(m.group(2), "")
+            elif ref in ("metadata.name", "metadata.namespace", "spec.nodeName"):
+                part, key = ref.split(".")
+                env[e["name"]] = pod[part].get(key, "")
         env["JOB_COMPLETION_INDEX"] = str(index)
         env["HOSTNAME"] = "%s-%d" % (job_name, index)
         env.setdefault("MASTER_ADDR", "127.0.0.1")
