@@ -42,7 +42,10 @@ TEST(DeployPrediction, TheRecipe) {
   // bf16 gradients: 7.70 GB, within 1% of the recipe's measured 0.5173 steps/s.
   EXPECT_NEAR(cp.expected_bf16.p.inter_node_bytes_per_node / 1e9, 7.70, 0.005);
   EXPECT_NEAR(cp.expected_bf16.p.steps_per_s / kRecipeEfaStepsPerS, 1, 0.01);
-  // Scaling: 1, 2, 4, 8 nodes; HSDP crosses nodes with less and is faster from 2 on.
+  // Scaling: 1, 2, 4, 8 nodes; HSDP crosses nodes with less at every count. It is faster
+  // at 2 nodes; from 4 on, its all-reduces, which can only run once the backward has
+  // begun (after 45% of the compute here), take longer than full shard's gathers,
+  // which run from the step's start.
   ASSERT_EQ(cp.scaling.size(), 4u);
   EXPECT_EQ(cp.scaling[0].full_shard.p.inter_node_bytes_per_node, 0);
   EXPECT_DOUBLE_EQ(cp.scaling[0].hsdp.p.step_s, cp.scaling[0].full_shard.p.step_s);
@@ -50,7 +53,8 @@ TEST(DeployPrediction, TheRecipe) {
     const auto& r = cp.scaling[i];
     EXPECT_EQ(r.full_shard.in.world(), 4 * r.nodes);
     EXPECT_LT(r.hsdp.p.inter_node_bytes_per_node, r.full_shard.p.inter_node_bytes_per_node) << r.nodes;
-    EXPECT_LT(r.hsdp.p.step_s, r.full_shard.p.step_s) << r.nodes;
+    if (r.nodes == 2) EXPECT_LT(r.hsdp.p.step_s, r.full_shard.p.step_s);
+    EXPECT_GT(r.hsdp.p.step_s, replica_start_share(r.hsdp.in) * r.hsdp.p.compute_s) << r.nodes;
     EXPECT_GT(r.full_shard.p.tokens_per_s_cluster, cp.scaling[i - 1].full_shard.p.tokens_per_s_cluster) << r.nodes;
   }
   const std::string text = prediction_text(spec, cp);
