@@ -43,7 +43,7 @@ predicted: shardtrain report --scaleout OUT).
   --rates LIST       link rates in Mbit/s, 0 = no limit (default "0 1000 200 50");
                      "200@2" is 200 Mbit/s plus 2 ms delay (needs sch_netem; the
                      default list adds it when the kernel has netem)
-  --overlap LIST     on and/or off (default "on"): dist.overlap, the CPU backend's
+  --overlap LIST     on and/or off (default "on off"): dist.overlap, the CPU backend's
                      communication thread (on: prefetched gathers and reduce-scatters
                      overlap compute; off: every collective runs inside its call)
   --strategies LIST  fsdp and/or hsdp (default "fsdp hsdp"); HSDP shards within a node
@@ -68,7 +68,7 @@ Environment: SCALEOUT_MODEL overrides the model options (default
 EOF
 }
 
-QUICK=0 FULL=0 NODES=2 RPN=1 RATES="" STRATS="fsdp hsdp" FAULTS="linkdown nodekill nodelost" OVERLAPS="on"
+QUICK=0 FULL=0 NODES=2 RPN=1 RATES="" STRATS="fsdp hsdp" FAULTS="linkdown nodekill nodelost" OVERLAPS="on off"
 STEPS=8 SLOW_STEPS=5 FAULT_TIMEOUT=20 BIN=build/shardtrain OUT="" SYSCTLS=()
 while (($#)); do
   case $1 in
