@@ -8,6 +8,7 @@
 #include "cli/rank_bringup.h"
 #include "train/memory_check.h"
 #include "config/run_config.h"
+#include "core/files.h"
 #include "train/run_dir_lock.h"
 #include "train/trainer.h"
 
@@ -17,14 +18,11 @@ namespace {
 // `path` is `dir` or lies below it (after resolving what exists of both).
 bool path_is_within(const std::string& path, const std::string& dir) {
   if (dir.empty()) return false;
-  auto norm = [](const std::string& x) {
+  auto resolved = [](const std::string& x) {
     std::error_code ec;
-    std::string s = std::filesystem::weakly_canonical(x, ec).lexically_normal().string();
-    while (s.size() > 1 && s.back() == '/') s.pop_back();
-    return s;
+    return std::filesystem::weakly_canonical(x, ec).lexically_normal().string();
   };
-  const std::string p = norm(path), d = norm(dir);
-  return p == d || p.starts_with(d + "/");
+  return path_within(resolved(path), resolved(dir));
 }
 
 }  // namespace

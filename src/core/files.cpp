@@ -99,4 +99,15 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   }
 }
 
+bool path_within(const std::string& path, const std::string& dir) {
+  const std::filesystem::path p(path), d(dir);
+  auto c = p.begin();
+  for (const std::filesystem::path& part : d) {
+    if (part.empty()) continue;  // a trailing separator
+    if (c == p.end() || *c != part) return false;
+    ++c;
+  }
+  return true;
+}
+
 }  // namespace st

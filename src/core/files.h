@@ -21,4 +21,8 @@ void fsync_path(const std::string& path, bool directory);
 void replace_directory(const std::string& dir, const std::string& what,
                        const std::function<void(const std::string& stage)>& write);
 
+// Whether `path` is `dir` or lies below it, component by component (a trailing
+// separator of `dir` ignored). Nothing is resolved: give both canonical.
+bool path_within(const std::string& path, const std::string& dir);
+
 }  // namespace st

@@ -317,13 +317,6 @@ class EncoderPool {
   std::vector<std::thread> workers_;
 };
 
-bool inside(const fs::path& child, const fs::path& parent) {
-  auto c = child.begin(), p = parent.begin();
-  for (; p != parent.end(); ++p, ++c)
-    if (c == child.end() || *c != *p) return false;
-  return true;
-}
-
 // The prepared files: shards split every shard_tokens tokens, no empty shard.
 class ShardSink {
  public:
@@ -439,7 +432,7 @@ TokenIndex prepare_token_shards(const PrepareOptions& o, const std::function<voi
   for (const auto& in : o.inputs) {
     if (!fs::is_directory(in, ec)) continue;
     const fs::path in_canon = fs::canonical(in, ec);
-    ST_CHECK_CONFIG(ec || out_canon == in_canon || !inside(out_canon, in_canon), "data prepare: --out '", o.out, "' lies inside --input '", in,
+    ST_CHECK_CONFIG(ec || out_canon == in_canon || !path_within(out_canon, in_canon), "data prepare: --out '", o.out, "' lies inside --input '", in,
                     "'; choose an --out outside the input directories");
   }
   std::vector<std::string> skipped;
@@ -450,7 +443,7 @@ TokenIndex prepare_token_shards(const PrepareOptions& o, const std::function<voi
   ST_CHECK_DATA(!files.empty(), "data prepare: no regular files found under --input ", o.inputs.front());
   if (had) {
     for (const auto& f : files)
-      ST_CHECK_CONFIG(!inside(fs::canonical(f, ec), out_canon), "data prepare: input '", f, "' lies inside --out '", o.out,
+      ST_CHECK_CONFIG(!path_within(fs::canonical(f, ec), out_canon), "data prepare: input '", f, "' lies inside --out '", o.out,
                "', which would be replaced");
   }
 
