@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Side by side on one GPU: shardtrain against the PyTorch FSDP2 anchor
-# (../shared/bench/torch_fsdp2_baseline.py, eager and --compile), Qwen2.5-1.5B,
+# (../shared/bench/torch_fsdp2_baseline.py, eager and --compile), Qwen2.5-1.5B (or
+# another preset: MODEL),
 # random token ids, the same sequence length; then one table of tokens/s per GPU,
 # model TFLOP/s, MFU, peak memory, activations per token and our ratio over each,
 # the best micro-batch per train.recompute choice, and the op profile of our best run
@@ -9,8 +10,13 @@
 # Run from the repository root on the GPU machine:
 #   bench/bench_1p5b.sh [SHARDTRAIN_BINARY] [OUT_DIR]
 # Environment: SEQ (2048), MBS (micro-batches to try, "8 16"), RECOMPUTE (choices
-# to try, "none"; e.g. "none norm swiglu"), STEPS (20: 5 warm-up + 15 timed, as
-# the anchor), TORCH_MBS (8: the anchor's best), TORCH (1; 0 skips the anchor).
+# to try, "none"; e.g. "none norm swiglu"), MATMUL (train.matmul_dtype values to
+# try, "bf16"; "bf16 fp8" compares them), MODEL (presets, "qwen2.5-1.5b"; e.g.
+# "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-3b"; the anchor runs for 1.5B only), STEPS (20:
+# 5 warm-up + 15 timed, as the anchor), TORCH_MBS (8: the anchor's best), TORCH (1;
+# 0 skips the anchor). Every run samples the GPU's power draw and SM clock
+# (nvidia-smi, every 0.2 s) into <run>.power.csv; compare.py averages the samples of
+# the timed steps.
 # The anchor is read from .anchor/ (copied there from ../shared/bench when present).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +25,8 @@ OUT=${2:-bench-out}
 SEQ=${SEQ:-2048}
 MBS=${MBS:-"8 16"}
 RECOMPUTE=${RECOMPUTE:-none}
+MATMUL=${MATMUL:-bf16}
+MODEL=${MODEL:-qwen2.5-1.5b}
 TORCH=${TORCH:-1}
 STEPS=${STEPS:-20}
 TORCH_MBS=${TORCH_MBS:-8}
@@ -32,19 +40,33 @@ fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 "$BIN" --version > "$OUT/version.txt" 2>&1
-for rc in $RECOMPUTE; do
-  for mb in $MBS; do
-    name="ours_${rc}_mb$mb"
-    echo "== shardtrain recompute $rc, micro-batch $mb"
-    "$BIN" train --config configs/qwen2.5-1.5b.toml --train.seq_len="$SEQ" --train.micro_batch="$mb" \
-      --train.recompute="$rc" --train.steps="$STEPS" --train.log_every=5 --run.progress=off \
-      --run.profile=true --run.profile_warmup=5 --run.profile_steps=5 --run.out_dir="$OUT/$name" \
-      > "$OUT/$name.log" 2>&1
-    echo "exit $?" >> "$OUT/$name.log"
-    grep -E "first step done|^done:|^exit|out of memory" "$OUT/$name.log"
+# power.draw (W) and clocks.sm (MHz) with a Unix timestamp, every 0.2 s, until killed.
+sample_power() {
+  while :; do
+    echo "$(date +%s.%N),$(nvidia-smi --query-gpu=power.draw,clocks.sm --format=csv,noheader,nounits | head -1)"
+    sleep 0.2
+  done
+}
+for model in $MODEL; do
+  for mm in $MATMUL; do
+    for rc in $RECOMPUTE; do
+      for mb in $MBS; do
+        name="ours_${model}_${mm}_${rc}_mb$mb"
+        echo "== shardtrain $model matmul $mm, recompute $rc, micro-batch $mb"
+        sample_power > "$OUT/$name.power.csv" 2>/dev/null &
+        sampler=$!
+        "$BIN" train --config configs/qwen2.5-1.5b.toml --model.preset="$model" --train.seq_len="$SEQ" \
+          --train.micro_batch="$mb" --train.recompute="$rc" --train.matmul_dtype="$mm" --train.steps="$STEPS" \
+          --train.log_every=1 --run.progress=off --run.profile=true --run.profile_warmup=5 --run.profile_steps=5 \
+          --run.out_dir="$OUT/$name" > "$OUT/$name.log" 2>&1
+        echo "exit $?" >> "$OUT/$name.log"
+        kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+        grep -E "first step done|^done:|^exit|out of memory" "$OUT/$name.log"
+      done
+    done
   done
 done
-if [ "$TORCH" = 1 ]; then
+if [ "$TORCH" = 1 ] && [[ " $MODEL " == *" qwen2.5-1.5b "* ]]; then
   for mode in eager compile; do
     echo "== torch FSDP2 $mode"
     flag=""; [ "$mode" = compile ] && flag="--compile"

@@ -245,6 +245,53 @@ void Backend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor 
   do_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
 
+// ---- FP8 ----------------------------------------------------------------------------
+
+namespace {
+bool is_fp8(DType t) { return t == DType::F8E4M3 || t == DType::F8E5M2; }
+}  // namespace
+
+void Backend::fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols) {
+  const char* op = "fp8_quantize";
+  check_dim(op, "rows", rows), check_dim(op, "cols", cols);
+  ST_CHECK(!q.empty() || !qt.empty(), op, ": q and qt are both empty (nothing to write)");
+  const DType qd = q.empty() ? qt.dtype : q.dtype;
+  ST_CHECK(is_fp8(qd), op, ": q is ", dtype_name(qd), ", expected f8e4m3 or f8e5m2");
+  const size_t n = size_t(rows) * cols;
+  if (!q.empty()) check_buf(op, "q", q, qd, n);
+  if (!qt.empty()) check_buf(op, "qt", qt, qd, n);
+  check_buf(op, "inv_scale", inv_scale, DType::F32, 1);
+  check_buf(op, "x", x, act_dtype(op, "x", x), n);
+  do_fp8_quantize(q, qt, inv_scale, x, rows, cols);
+}
+
+void Backend::matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K,
+                         int N, bool accumulate) {
+  const char* op = "matmul_fp8";
+  check_dim(op, "M", M), check_dim(op, "K", K), check_dim(op, "N", N);
+  ST_CHECK(M % 16 == 0 && K % 16 == 0 && N % 16 == 0, op, ": M, K and N must be multiples of 16, got M=", M,
+           " K=", K, " N=", N);
+  ST_CHECK(is_fp8(a.dtype), op, ": a is ", dtype_name(a.dtype), ", expected f8e4m3 or f8e5m2");
+  ST_CHECK(is_fp8(b.dtype), op, ": b is ", dtype_name(b.dtype), ", expected f8e4m3 or f8e5m2");
+  ST_CHECK(!(a.dtype == DType::F8E5M2 && b.dtype == DType::F8E5M2), op,
+           ": a and b are both f8e5m2 (FP8 tensor cores take e4m3 x e4m3 or one e5m2)");
+  check_buf(op, "a", a, a.dtype, size_t(M) * K);
+  check_buf(op, "b", b, b.dtype, size_t(N) * K);
+  check_buf(op, "a_inv", a_inv, DType::F32, 1);
+  check_buf(op, "b_inv", b_inv, DType::F32, 1);
+  DType od;
+  if (accumulate) {
+    ST_CHECK(bias.empty(), op, ": no bias with accumulate");
+    od = side_dtype(op_rules().act[0]);
+    if (out.dtype != od) od = side_dtype(op_rules().act[1]);
+  } else {
+    od = act_dtype(op, "out", out);
+  }
+  check_buf(op, "out", out, od, size_t(M) * N);
+  if (!bias.empty()) check_buf(op, "bias", bias, od, N);
+  do_matmul_fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate);
+}
+
 // ---- RoPE and attention -------------------------------------------------------------
 
 void Backend::rope_forward(Tensor qkv, int B, int T, int H, int KV, int hd, float theta) {

@@ -125,6 +125,22 @@ class Backend {
   void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight, int N,
                        int IC, int OC);
 
+  // ---- FP8 linear layers (train.matmul_dtype = "fp8"; formats and scales: fp8.h) ------
+  // q (rows, cols) = fp8(x (rows, cols) * s) and qt (cols, rows) = its transpose, with
+  // s = fp8_scale(amax |x|) of the whole tensor; q and qt share a dtype (F8E4M3 or
+  // F8E5M2), either may be empty but not both; inv_scale (1, F32) = 1/s, for
+  // matmul_fp8. Computed where the tensors live: no wait for the device.
+  void fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols);
+  // out (M, N) = a (M, K) · b (N, K)ᵀ · a_inv · b_inv (+ bias (N)), fp32 accumulation.
+  // a, b: fp8, not both e5m2; a_inv, b_inv (1, F32) from fp8_quantize. out: the
+  // activation dtype, overwritten; or, with `accumulate`, the parameter-gradient dtype,
+  // added to (+=, no bias). M, K and N are multiples of 16 (the FP8 tensor cores').
+  void matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
+                  bool accumulate);
+  // "" when this backend computes the two ops above, else why it cannot (a GPU without
+  // FP8 tensor cores): a run asking for fp8 is refused with it before it allocates.
+  virtual std::string fp8_unsupported_reason() const { return ""; }
+
   // ---- rotary position embedding (Hugging Face "rotate_half" convention) ----------
   // In place on the q and k parts of qkv (B*T, (H+2KV)*hd); position of row r is
   // r % T; inv_freq[i] = theta^(-2i/hd), i < hd/2; pairs are (j, j + hd/2).
@@ -223,6 +239,9 @@ class Backend {
   virtual void do_matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) = 0;
   virtual void do_matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
                                   int N, int IC, int OC) = 0;
+  virtual void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols) = 0;
+  virtual void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K,
+                             int N, bool accumulate) = 0;
   // sign +1: rope_forward; -1: rope_backward.
   virtual void do_rope(Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) = 0;
   virtual void do_attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) = 0;

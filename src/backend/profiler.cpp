@@ -444,6 +444,26 @@ void ProfilingBackend::do_matmul_backward(Tensor dinp, Tensor dweight, Tensor db
         [&] { inner_.do_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC); });
 }
 
+// FP8 rows of their own: each quantization (keyed by format and by which layouts it
+// writes: "+T" both, "T" the transpose alone) and each FP8 GEMM shape.
+void ProfilingBackend::do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols) {
+  if (!open_) return inner_.do_fp8_quantize(q, qt, inv_scale, x, rows, cols);
+  const DType qd = q.empty() ? qt.dtype : q.dtype;
+  const double n = static_cast<double>(rows) * cols;
+  const char* layouts = q.empty() ? " T" : qt.empty() ? "" : " +T";
+  // x is read twice (its amax, then the cast); each layout is written once.
+  timed(std::string("fp8_quantize ") + (qd == DType::F8E4M3 ? "e4m3" : "e5m2") + layouts, false,
+        n * (2 * es(x) + (q.empty() ? 0 : 1) + (qt.empty() ? 0 : 1)),
+        [&] { inner_.do_fp8_quantize(q, qt, inv_scale, x, rows, cols); });
+}
+
+void ProfilingBackend::do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M,
+                                     int K, int N, bool accumulate) {
+  if (!open_) return inner_.do_matmul_fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate);
+  timed("matmul_fp8 " + matmul_tag(M, K, N) + (accumulate ? " +=" : ""), true, 2.0 * M * K * N,
+        [&] { inner_.do_matmul_fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate); });
+}
+
 void ProfilingBackend::do_rope(Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) {
   if (!open_) return inner_.do_rope(qkv, B, T, H, KV, hd, theta, sign);
   // In place on the q and k columns: each read and written once.

@@ -133,6 +133,7 @@ class ProfilingBackend : public Backend {
   size_t peak_allocated_bytes() const override { return inner_.peak_allocated_bytes(); }
   size_t memory_available_bytes() const override { return inner_.memory_available_bytes(); }
   std::string memory_available_source() const override { return inner_.memory_available_source(); }
+  std::string fp8_unsupported_reason() const override { return inner_.fp8_unsupported_reason(); }
   void reset_peak_allocated() override { inner_.reset_peak_allocated(); }
 
   void prepare_attention(int B, int T, int H, int KV, int hd) override { inner_.prepare_attention(B, T, H, KV, hd); }
@@ -169,6 +170,10 @@ class ProfilingBackend : public Backend {
   void do_matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) override;
   void do_matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight, int N,
                           int IC, int OC) override;
+
+  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols) override;
+  void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
+                     bool accumulate) override;
 
   void do_rope(Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) override;
 

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/rank_bringup.h"
+#include "train/matmul_precision.h"
 #include "train/memory_check.h"
 #include "config/run_config.h"
 #include "core/files.h"
@@ -67,6 +68,7 @@ Command add_train_command(CLI::App& root) {
             RankContext rank = bring_up_rank(env, cfg.train.device, cfg.dist, &cfg.fabric, cfg.run.out_dir);
             // Before anything big is allocated; the ranks of one host share its RAM.
             const int shard_world = rank.groups.shard->world();
+            check_matmul_dtype(cfg, *rank.backend);
             check_rank_memory(cfg, *rank.backend, shard_world, shard_world == 1 && !rank.groups.replicate,
                               rank.env.local_world);
             Trainer trainer(cfg, *rank.backend, rank.groups, rank.fabric);

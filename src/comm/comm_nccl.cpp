@@ -84,6 +84,8 @@ ncclDataType_t nccl_dtype(DType t) {
     case DType::F16: return ncclFloat16;
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
+    case DType::F8E4M3:  // moved as bytes (gathers only)
+    case DType::F8E5M2: return ncclUint8;
   }
   fail_dist("nccl: unknown dtype ", static_cast<int>(t));
 }

@@ -13,6 +13,11 @@ const std::vector<std::string>& recompute_choices() {
   return v;
 }
 
+const std::vector<std::string>& matmul_dtypes() {
+  static const std::vector<std::string> v = {"bf16", "fp8"};
+  return v;
+}
+
 const std::vector<std::string>& data_sources() {
   static const std::vector<std::string> v = {"random", "text", "tokens"};
   return v;

@@ -26,6 +26,7 @@ struct TrainOptions {           // [train]
   int log_every = 10;           // step line every N steps
   double peak_tflops = 0;       // MFU denominator; 0 = the device table
   std::string recompute = "none";  // one of recompute_choices() (model/qwen2.h acts on it)
+  std::string matmul_dtype = "bf16";  // one of matmul_dtypes(): the blocks' linear layers
 };
 
 // [optim]: AdamW and its learning-rate schedule (train/schedule.h).
@@ -83,6 +84,7 @@ struct RunOptions {                // [run]
 // The values each choice key may take, in the order --help lists them.
 const std::vector<std::string>& train_devices();             // train.device: cpu, cuda
 const std::vector<std::string>& recompute_choices();         // train.recompute: none, norm, swiglu, ffn, attn, block
+const std::vector<std::string>& matmul_dtypes();             // train.matmul_dtype: bf16, fp8
 const std::vector<std::string>& data_sources();              // data.source: random, text, tokens
 const std::vector<std::string>& fabric_transports();         // fabric.transport: auto, efa, ib, socket
 const std::vector<std::string>& fabric_expect_transports();  // fabric.expect_transport: "", efa, ib, socket, nvlink, shm

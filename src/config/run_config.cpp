@@ -47,6 +47,12 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "outputs), swiglu (its output), ffn (norm 2, gate|up, SwiGLU), attn (norm 1, qkv, attention), block "
        "(all but each layer's input)",
        {}, recompute_choices()},
+      {"train.matmul_dtype", &c.train.matmul_dtype,
+       "precision of the transformer blocks' linear layers (QKV, O, gate|up, down): bf16 (the compute dtype; f32 "
+       "on the CPU) or fp8 (e4m3 weights and activations, e5m2 gradients, per-tensor scales, fp32 accumulation; "
+       "sm_89/sm_90 GPUs, emulated exactly on the CPU). Master weights, optimizer state, attention and the lm_head "
+       "are unchanged, so checkpoints are the same and a run may switch on resume",
+       {}, matmul_dtypes()},
       {"train.peak_tflops", &c.train.peak_tflops,
        "dense bf16 TFLOP/s that MFU is measured against; 0 = the datasheet value for the GPU "
        "(H100/H200 989, A100 312, L4 121)",

@@ -7,7 +7,9 @@
 
 namespace st {
 
-enum class DType : uint8_t { F32, F64, BF16, F16, I32, I64 };
+// F8E4M3 / F8E5M2: the OCP 8-bit floats (e4m3 with no infinities, max 448; e5m2
+// IEEE-like, max 57344) that FP8 matmuls read (backend/fp8.h).
+enum class DType : uint8_t { F32, F64, BF16, F16, I32, I64, F8E4M3, F8E5M2 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -17,6 +19,8 @@ constexpr size_t dtype_size(DType t) {
     case DType::F16: return 2;
     case DType::I32: return 4;
     case DType::I64: return 8;
+    case DType::F8E4M3: return 1;
+    case DType::F8E5M2: return 1;
   }
   return 0;
 }
@@ -29,6 +33,8 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::F16: return "f16";
     case DType::I32: return "i32";
     case DType::I64: return "i64";
+    case DType::F8E4M3: return "f8e4m3";
+    case DType::F8E5M2: return "f8e5m2";
   }
   return "?";
 }

@@ -283,6 +283,8 @@ const char* safetensors_dtype_name(DType t) {
     case DType::F16: return "F16";
     case DType::I32: return "I32";
     case DType::I64: return "I64";
+    case DType::F8E4M3: return "F8_E4M3";
+    case DType::F8E5M2: return "F8_E5M2";
   }
   return "?";
 }
@@ -369,7 +371,9 @@ std::vector<float> to_f32(const void* src, DType dtype, uint64_t numel, const st
       }
       return out;
     case DType::I32:
-    case DType::I64: break;
+    case DType::I64:
+    case DType::F8E4M3:  // never parsed from a file (parse_dtype)
+    case DType::F8E5M2: break;
   }
   fail(what, ": dtype ", safetensors_dtype_name(dtype), " is not a floating-point type");
 }

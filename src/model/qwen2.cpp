@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/nvtx.h"
@@ -36,9 +38,9 @@ Dropped dropped_by(Recompute r) {
 }  // namespace
 
 Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk,
-                       Recompute recompute)
+                       Recompute recompute, bool fp8)
     : layout_(layout), be_(backend), dt_(dtype), st_(dtype == DType::F64 ? DType::F64 : DType::F32), B_(B), T_(T),
-      recompute_(recompute) {
+      recompute_(recompute), fp8_(fp8) {
   const ModelConfig& c = layout.config();
   ST_CHECK(B >= 1 && T >= 1, "micro-batch shape must be positive, got B=", B, " T=", T);
   N_ = B * T;
@@ -95,6 +97,56 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
   make(dgu_, dt_, N * 2 * F);
   make(dsw_, dt_, N * F);
   make(tmp_, dt_, N * C);
+  if (fp8_) {
+    const std::string why = fp8_shape_problem(c, B, T);
+    ST_CHECK(why.empty(), "train.matmul_dtype=fp8: ", why);
+    const size_t A = size_t(H_) * hd_, QKV = QKV_;
+    make(xq_, DType::F8E4M3, N * std::max({C, A, F}));
+    make(wq_, DType::F8E4M3, std::max({QKV * C, C * A, 2 * F * C, C * F}));
+    make(dq_, DType::F8E5M2, N * std::max({QKV, C, 2 * F}));
+    make(dqt_, DType::F8E5M2, N * std::max({QKV, C, 2 * F}));
+    make(inv_, DType::F32, 4);
+  }
+}
+
+std::string Qwen2Model::fp8_shape_problem(const ModelConfig& c, int64_t B, int64_t T) {
+  const int64_t hd = c.num_heads > 0 ? c.head_dim() : 0;
+  const std::pair<const char*, int64_t> dims[] = {
+      {"hidden_size", c.hidden_size},
+      {"num_heads * head_dim", c.num_heads * hd},
+      {"(num_heads + 2 * num_kv_heads) * head_dim", (c.num_heads + 2 * int64_t(c.num_kv_heads)) * hd},
+      {"intermediate_size", c.intermediate_size},
+      {"micro_batch * seq_len (tokens per micro-batch)", B * T}};
+  for (const auto& [name, v] : dims)
+    if (v % 16 != 0)
+      return std::string(name) + " = " + std::to_string(v) +
+             " is not a multiple of 16, which FP8 tensor cores need for every GEMM dimension";
+  return "";
+}
+
+void Qwen2Model::linear_forward(Tensor out, Tensor x, Tensor w, Tensor b, int IC, int OC) {
+  if (!fp8_) return be_.matmul_forward(out, x, w, b, N_, IC, OC);
+  Tensor x_inv = inv_.slice(0, 1), w_inv = inv_.slice(1, 1);
+  be_.fp8_quantize(xq_, Tensor{}, x_inv, x, N_, IC);
+  be_.fp8_quantize(wq_, Tensor{}, w_inv, w, OC, IC);
+  be_.matmul_fp8(out, xq_, x_inv, wq_, w_inv, b, N_, IC, OC, false);
+}
+
+// dx (N, IC) = dout (N, OC) · W: a = dout (e5m2), b = Wᵀ (IC, OC);
+// dW (OC, IC) += doutᵀ · x: a = doutᵀ (OC, N), b = xᵀ (IC, N); db from dout as is.
+void Qwen2Model::linear_backward(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC, int OC) {
+  if (!fp8_) return be_.matmul_backward(dx, dw, db, dout, x, w, N_, IC, OC);
+  Tensor x_inv = inv_.slice(0, 1), w_inv = inv_.slice(1, 1), d_inv = inv_.slice(2, 1);
+  be_.fp8_quantize(dq_, dw.empty() ? Tensor{} : dqt_, d_inv, dout, N_, OC);
+  if (!dx.empty()) {
+    be_.fp8_quantize(Tensor{}, wq_, w_inv, w, OC, IC);
+    be_.matmul_fp8(dx, dq_, d_inv, wq_, w_inv, Tensor{}, N_, OC, IC, false);
+  }
+  if (!dw.empty()) {
+    be_.fp8_quantize(Tensor{}, xq_, x_inv, x, N_, IC);
+    be_.matmul_fp8(dw, dqt_, d_inv, xq_, x_inv, Tensor{}, OC, N_, IC, true);
+  }
+  if (!db.empty()) be_.matmul_backward(Tensor{}, Tensor{}, db, dout, x, w, N_, IC, OC);
 }
 
 Qwen2Model::~Qwen2Model() {
@@ -108,7 +160,7 @@ size_t Qwen2Model::activation_bytes() const {
 }
 
 uint64_t Qwen2Model::activation_bytes_for(const ModelConfig& c, DType dtype, int64_t B, int64_t T, int head_chunk,
-                                          Recompute r) {
+                                          Recompute r, bool fp8) {
   // The constructor's buffers, one term each; unsigned 128-bit sums cannot overflow
   // for 32-bit dimensions, and the total saturates to 64 bits.
   using U = unsigned __int128;
@@ -127,6 +179,11 @@ uint64_t Qwen2Model::activation_bytes_for(const ModelConfig& c, DType dtype, int
             + per_layer(d.mid) * N * C * dt + per_layer(d.gu) * N * 2 * F * dt + per_layer(d.sw) * N * F * dt
             + N * C * dt + N * st + chunk * V * dt + N * st   // lnf, rstdf, logits, losses
             + 3 * N * C * dt + N * H * hd * dt + N * QKV * dt + N * 2 * F * dt + N * F * dt;  // backward scratch
+  if (fp8) {  // xq_, wq_, dq_, dqt_ (one byte an element), inv_
+    const U A = H * hd;
+    bytes += N * std::max({C, A, F}) + std::max({QKV * C, C * A, 2 * F * C, C * F}) +
+             2 * N * std::max({QKV, C, 2 * F}) + 4 * 4;
+  }
   return bytes > std::numeric_limits<uint64_t>::max() ? std::numeric_limits<uint64_t>::max()
                                                        : static_cast<uint64_t>(bytes);
 }
@@ -147,16 +204,16 @@ void Qwen2Model::forward_blocks(ParamProvider& params) {
     else
       be_.add_rmsnorm_forward(resid_[l], ln1_[l], rstd1_[l], mid_[l - 1], tmp_, w.slice(o.ln1, C), N_, C_, eps_);
     op.next("attention");
-    be_.matmul_forward(qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), N_, C_, QKV_);
+    linear_forward(qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), C_, QKV_);
     be_.rope_forward(qkv_[l], B_, T_, H_, KV_, hd_, theta_);
     be_.attention_forward(att_[l], lse_[l], qkv_[l], B_, T_, H_, KV_, hd_);
-    be_.matmul_forward(tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, N_, H_ * hd_, C_);
+    linear_forward(tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, H_ * hd_, C_);
     op.next("norm");
     be_.add_rmsnorm_forward(mid_[l], ln2_[l], rstd2_[l], resid_[l], tmp_, w.slice(o.ln2, C), N_, C_, eps_);
     op.next("mlp");
-    be_.matmul_forward(gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, N_, C_, 2 * F_);
+    linear_forward(gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, C_, 2 * F_);
     be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
-    be_.matmul_forward(tmp_, sw_[l], w.slice(o.down_w, C * F), Tensor{}, N_, F_, C_);
+    linear_forward(tmp_, sw_[l], w.slice(o.down_w, C * F), Tensor{}, F_, C_);
     op.end();
     // resid_[l + 1] = mid_[l] + tmp_ is done by the next norm (the next layer's, or
     // the final one in head()).
@@ -252,21 +309,19 @@ void Qwen2Model::backward_blocks(ParamProvider& params) {
     recompute_layer(l, w);
     op.next("mlp");
     // resid[l+1] = mid + down(swiglu(gate_up(norm2(mid)))): dresid flows to mid unchanged.
-    be_.matmul_backward(dsw_, g.slice(o.down_w, C * F), Tensor{}, dresid_, sw_[l], w.slice(o.down_w, C * F), N_,
-                        F_, C_);
+    linear_backward(dsw_, g.slice(o.down_w, C * F), Tensor{}, dresid_, sw_[l], w.slice(o.down_w, C * F), F_, C_);
     be_.swiglu_backward(dgu_, dsw_, gu_[l], N_, F_);
-    be_.matmul_backward(dln_, g.slice(o.gate_up_w, 2 * F * C), Tensor{}, dgu_, ln2_[l],
-                        w.slice(o.gate_up_w, 2 * F * C), N_, C_, 2 * F_);
+    linear_backward(dln_, g.slice(o.gate_up_w, 2 * F * C), Tensor{}, dgu_, ln2_[l], w.slice(o.gate_up_w, 2 * F * C),
+                    C_, 2 * F_);
     op.next("norm");
     be_.rmsnorm_backward(dresid_, g.slice(o.ln2, C), dln_, mid_[l], w.slice(o.ln2, C), rstd2_[l], N_, C_);
     op.next("attention");
     // mid = resid + o_proj(attention(rope(qkv(norm1(resid))))).
-    be_.matmul_backward(datt_, g.slice(o.o_w, C * A), Tensor{}, dresid_, att_[l], w.slice(o.o_w, C * A), N_,
-                        H_ * hd_, C_);
+    linear_backward(datt_, g.slice(o.o_w, C * A), Tensor{}, dresid_, att_[l], w.slice(o.o_w, C * A), H_ * hd_, C_);
     be_.attention_backward(dqkv_, datt_, att_[l], lse_[l], qkv_[l], B_, T_, H_, KV_, hd_);
     be_.rope_backward(dqkv_, B_, T_, H_, KV_, hd_, theta_);
-    be_.matmul_backward(dln_, g.slice(o.qkv_w, QKV * C), g.slice(o.qkv_b, QKV), dqkv_, ln1_[l],
-                        w.slice(o.qkv_w, QKV * C), N_, C_, QKV_);
+    linear_backward(dln_, g.slice(o.qkv_w, QKV * C), g.slice(o.qkv_b, QKV), dqkv_, ln1_[l], w.slice(o.qkv_w, QKV * C),
+                    C_, QKV_);
     op.next("norm");
     be_.rmsnorm_backward(dresid_, g.slice(o.ln1, C), dln_, resid_[l], w.slice(o.ln1, C), rstd1_[l], N_, C_);
     op.end();
@@ -283,17 +338,17 @@ void Qwen2Model::recompute_layer(int l, Tensor w) {
   // the forward equals add then norm bit for bit).
   if (drop_ln1_) be_.rmsnorm_forward(ln1_[l], rstd1_[l], resid_[l], w.slice(o.ln1, C), N_, C_, eps_);
   if (drop_attn_) {
-    be_.matmul_forward(qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), N_, C_, QKV_);
+    linear_forward(qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), C_, QKV_);
     be_.rope_forward(qkv_[l], B_, T_, H_, KV_, hd_, theta_);
     be_.attention_forward(att_[l], lse_[l], qkv_[l], B_, T_, H_, KV_, hd_);
   }
   if (drop_mid_) {
-    be_.matmul_forward(tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, N_, H_ * hd_, C_);
+    linear_forward(tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, H_ * hd_, C_);
     be_.add(mid_[l], resid_[l], tmp_, N_ * C);
   }
   if (drop_ln2_) be_.rmsnorm_forward(ln2_[l], rstd2_[l], mid_[l], w.slice(o.ln2, C), N_, C_, eps_);
   if (drop_gu_)
-    be_.matmul_forward(gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, N_, C_, 2 * F_);
+    linear_forward(gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, C_, 2 * F_);
   if (drop_sw_) be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
 }
 

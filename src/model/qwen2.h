@@ -35,8 +35,12 @@ class Qwen2Model {
  public:
   // dtype: activation dtype (F32 or F64 on the CPU; BF16 on CUDA).
   // head_chunk: rows of logits materialised at a time by the lm_head + loss.
+  // fp8: the blocks' linear layers (QKV, O, gate|up, down) compute in FP8
+  // (train.matmul_dtype = "fp8"; e4m3 weights and activations, e5m2 gradients,
+  // per-tensor scales, fp32 accumulation); the lm_head and attention stay in `dtype`.
+  // Needs the hidden, q/kv, FFN and token (B*T) dimensions to be multiples of 16.
   Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk = 0,
-             Recompute recompute = Recompute::None);
+             Recompute recompute = Recompute::None, bool fp8 = false);
   ~Qwen2Model();
   Qwen2Model(const Qwen2Model&) = delete;
   Qwen2Model& operator=(const Qwen2Model&) = delete;
@@ -57,7 +61,10 @@ class Qwen2Model {
   // computed without building or allocating anything, in 64 bits (saturating at
   // UINT64_MAX): the memory check before a run allocates.
   static uint64_t activation_bytes_for(const ModelConfig& c, DType dtype, int64_t B, int64_t T, int head_chunk = 0,
-                                       Recompute recompute = Recompute::None);
+                                       Recompute recompute = Recompute::None, bool fp8 = false);
+  // "" when the blocks' linear layers can run in FP8 at this shape, else why not
+  // (a dimension that is not a multiple of 16, naming it).
+  static std::string fp8_shape_problem(const ModelConfig& c, int64_t B, int64_t T);
 
  private:
   void forward_blocks(ParamProvider& params);
@@ -70,6 +77,10 @@ class Qwen2Model {
   // Recomputes what recompute_ dropped for layer l from what was kept, into the
   // layer's (shared) buffers; w: the layer's gathered weights.
   void recompute_layer(int l, Tensor w);
+  // The blocks' linear layers: matmul_forward / matmul_backward in the activation
+  // dtype, or through fp8_quantize + matmul_fp8 when fp8_.
+  void linear_forward(Tensor out, Tensor x, Tensor w, Tensor b, int IC, int OC);
+  void linear_backward(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC, int OC);
 
   const ParamLayout& layout_;
   Backend& be_;
@@ -77,6 +88,7 @@ class Qwen2Model {
   int B_, T_, N_, C_, F_, V_, H_, KV_, hd_, QKV_, L_, chunk_;
   float eps_, theta_;
   Recompute recompute_;
+  bool fp8_ = false;
   // Which per-layer activations are one shared buffer, refilled by recompute_layer.
   bool drop_ln1_ = false, drop_ln2_ = false, drop_attn_ = false, drop_mid_ = false, drop_gu_ = false,
        drop_sw_ = false;
@@ -103,6 +115,10 @@ class Qwen2Model {
   Tensor dgu_;                     // (N, 2F)
   Tensor dsw_;                     // (N, F)
   Tensor tmp_;                     // (N, C)
+  // FP8 scratch (fp8_ only), reused by every linear layer: an input (N, IC) or its
+  // transpose, a weight (OC, IC) or its transpose (e4m3); an output gradient (N, OC)
+  // and its transpose (e5m2); the four inverse scales (F32).
+  Tensor xq_, wq_, dq_, dqt_, inv_;
   std::vector<Tensor*> owned_;
 };
 

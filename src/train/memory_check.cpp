@@ -45,7 +45,8 @@ MemoryEstimate estimate_rank_memory(const RunConfig& cfg, DType compute, int sha
   e.parameters = saturate(shard * (16 + (compute == DType::F32 ? 0 : cdt)));
   if (!in_place) e.gathered = saturate(std::max({embed, per_layer, final_unit}) * (cdt + 4));
   e.activations = Qwen2Model::activation_bytes_for(m, compute, cfg.train.micro_batch, cfg.train.seq_len,
-                                                   compute == DType::F32 ? 0 : 4096, parse_recompute(cfg.train.recompute));
+                                                   compute == DType::F32 ? 0 : 4096, parse_recompute(cfg.train.recompute),
+                                                   cfg.train.matmul_dtype == "fp8");
   e.workspace = workspace_bytes;
   e.batches = saturate(static_cast<U>(cfg.train.grad_accum) * cfg.train.micro_batch * cfg.train.seq_len * 8);
   if (!cfg.model_options.init_from.empty()) e.loaded = saturate(params * 4);

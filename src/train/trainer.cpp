@@ -16,6 +16,7 @@
 #include "core/files.h"
 #include "train/checkpointing.h"
 #include "train/flops.h"
+#include "train/matmul_precision.h"
 #include "metrics/run_summary.h"
 #include "metrics/tb_events.h"
 #include "train/stop_signal.h"
@@ -159,7 +160,8 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
   // never exist for the whole micro-batch at once.
   const int head_chunk = backend.device() == Device::CPU ? 0 : 4096;
   model_ = std::make_unique<Qwen2Model>(*layout_, be_, fo.compute_dtype, cfg.train.micro_batch, cfg.train.seq_len,
-                                        head_chunk, parse_recompute(cfg.train.recompute));
+                                        head_chunk, parse_recompute(cfg.train.recompute),
+                                        cfg.train.matmul_dtype == "fp8");
   schedule_ = LrSchedule::from(cfg.optim, cfg.train.steps);
   flops_per_token_ = flops_per_token(cfg.model, cfg.train.seq_len);
   peak_tflops_ = cfg.train.peak_tflops > 0
@@ -242,6 +244,7 @@ void Trainer::print_header() const {
                 cfg_.train.micro_batch, cfg_.train.seq_len, cfg_.train.grad_accum, comm_.world(), global_seqs,
                 global_seqs * cfg_.train.seq_len);
   log_info(buf);
+  log_info(describe_matmul_dtype(cfg_, be_));
   const OptimOptions& o = cfg_.optim;
   std::snprintf(buf, sizeof buf,
                 "optim: AdamW lr %.3g (warmup %d, cosine to %.3g at step %d), betas (%.3g, %.3g), wd %.3g, clip %.3g",

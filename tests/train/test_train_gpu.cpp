@@ -56,6 +56,31 @@ TEST(TrainGpu, LossFollowsTheCpuReference) {
   EXPECT_NEAR(g.grad_norms.front(), c.grad_norms.front(), 0.05 * c.grad_norms.front());
 }
 
+// train.matmul_dtype=fp8 on the GPU follows the CPU's exact emulation of it as the
+// bf16 run follows f32 (same tolerance), and stays near the GPU's own bf16 run.
+TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
+  if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = make_cuda_backend(0);
+  if (!gpu->fp8_unsupported_reason().empty()) GTEST_SKIP() << gpu->fp8_unsupported_reason();
+  RunConfig cfg = tiny_run(20);
+  cfg.data.source = "text";
+  cfg.data.paths = {std::string(SHARDTRAIN_SOURCE_DIR) + "/src"};
+  const TrainResult bf16 = train_one_rank(cfg, *gpu);
+  cfg.train.matmul_dtype = "fp8";
+  auto cpu = make_cpu_backend();
+  const TrainResult c = train_one_rank(cfg, *cpu);
+  const TrainResult g = train_one_rank(cfg, *gpu);
+  ASSERT_EQ(g.losses.size(), c.losses.size());
+  for (size_t i = 0; i < c.losses.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(g.losses[i])) << "step " << i + 1;
+    std::printf("step %2zu  cpu fp8 %.4f  gpu fp8 %.4f  gpu bf16 %.4f\n", i + 1, c.losses[i], g.losses[i],
+                bf16.losses[i]);
+    EXPECT_LE(std::abs(g.losses[i] - c.losses[i]), 0.02 + 0.02 * c.losses[i]) << "step " << i + 1;
+    EXPECT_LE(std::abs(g.losses[i] - bf16.losses[i]), 0.02 + 0.03 * bf16.losses[i]) << "step " << i + 1;
+  }
+  EXPECT_LT(g.losses.back(), g.losses.front() - 0.5) << "the fp8 run does not learn";
+}
+
 TEST(TrainGpu, FactoryMakesTheCudaBackend) {
   if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
   auto be = make_backend("cuda");

@@ -56,6 +56,38 @@ TEST(Trainer, RecomputeGivesTheSameLossesWithLessMemory) {
   EXPECT_THROW(train_on_cpu(bad), Error);
 }
 
+// train.matmul_dtype=fp8 on the CPU (the exact emulation of the GPU's FP8): the run
+// learns, stays near the f32 run (fp8's 3-bit mantissa costs a few percent of loss at
+// most here), is deterministic, and recompute still changes no bits under it.
+TEST(Trainer, Fp8MatmulsTrainNearTheF32Run) {
+  RunConfig cfg = tiny_run(30);
+  const TrainResult f32 = train_on_cpu(cfg);
+  cfg.train.matmul_dtype = "fp8";
+  const TrainResult fp8 = train_on_cpu(cfg), again = train_on_cpu(cfg);
+  ASSERT_EQ(fp8.losses.size(), f32.losses.size());
+  bool differs = false;
+  for (size_t i = 0; i < f32.losses.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(fp8.losses[i])) << "step " << i + 1;
+    EXPECT_NEAR(fp8.losses[i], f32.losses[i], 0.03 * f32.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(fp8.losses[i], again.losses[i]) << "step " << i + 1;
+    differs |= fp8.losses[i] != f32.losses[i];
+  }
+  EXPECT_TRUE(differs) << "fp8 gave the f32 run's bits: the matmuls did not quantize";
+  EXPECT_LT(fp8.losses.back(), fp8.losses.front() - 0.5);
+  RunConfig block = cfg;
+  block.train.recompute = "block";
+  block.train.steps = 3;
+  cfg.train.steps = 3;
+  const TrainResult a = train_on_cpu(cfg), b = train_on_cpu(block);
+  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+  // A shape FP8 cannot run is refused, naming the dimension.
+  RunConfig odd = cfg;
+  odd.train.seq_len = 31;
+  const std::string why = Qwen2Model::fp8_shape_problem(odd.model, odd.train.micro_batch, odd.train.seq_len);
+  EXPECT_NE(why.find("micro_batch * seq_len"), std::string::npos) << why;
+  EXPECT_EQ(Qwen2Model::fp8_shape_problem(odd.model, 8, 32), "");
+}
+
 TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {
   RunConfig big = tiny_run(5);
   RunConfig accum = big;
@@ -113,6 +145,11 @@ TEST(MemoryCheck, ActivationEstimateIsWhatTheModelAllocates) {
         const Qwen2Model model(layout, *be, dt, 3, 7, chunk, parse_recompute(choice));
         EXPECT_EQ(Qwen2Model::activation_bytes_for(m, dt, 3, 7, chunk, parse_recompute(choice)), model.activation_bytes())
             << choice << " " << dtype_name(dt) << " chunk " << chunk;
+        // FP8's scratch too (at a shape it can run: 4 x 8 tokens).
+        const Qwen2Model fp8(layout, *be, dt, 4, 8, chunk, parse_recompute(choice), true);
+        EXPECT_EQ(Qwen2Model::activation_bytes_for(m, dt, 4, 8, chunk, parse_recompute(choice), true),
+                  fp8.activation_bytes())
+            << "fp8 " << choice << " " << dtype_name(dt) << " chunk " << chunk;
       }
 }
 

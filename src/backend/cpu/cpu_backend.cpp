@@ -14,6 +14,7 @@
 #include "backend/op_checks.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/fp8.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "core/rng.h"
@@ -44,6 +45,8 @@ double load(const void* p, DType dt, size_t i) {
     case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
     case DType::I32: return static_cast<const int32_t*>(p)[i];
     case DType::I64: return double(static_cast<const int64_t*>(p)[i]);
+    case DType::F8E4M3: return fp8_decode(static_cast<const uint8_t*>(p)[i], Fp8Format::E4M3);
+    case DType::F8E5M2: return fp8_decode(static_cast<const uint8_t*>(p)[i], Fp8Format::E5M2);
     case DType::F16: break;
   }
   fail("cpu backend: ", dtype_name(dt), " tensors are not supported");
@@ -65,6 +68,8 @@ void store(void* p, DType dt, size_t i, double x) {
     case DType::BF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(float(x)); return;
     case DType::I32: static_cast<int32_t*>(p)[i] = to_int<int32_t>(x); return;
     case DType::I64: static_cast<int64_t*>(p)[i] = to_int<int64_t>(x); return;
+    case DType::F8E4M3: static_cast<uint8_t*>(p)[i] = fp8_encode(float(x), Fp8Format::E4M3); return;
+    case DType::F8E5M2: static_cast<uint8_t*>(p)[i] = fp8_encode(float(x), Fp8Format::E5M2); return;
     case DType::F16: break;
   }
   fail("cpu backend: ", dtype_name(dt), " tensors are not supported");
@@ -211,6 +216,46 @@ class CpuBackend final : public Backend {
       using T = decltype(tag);
       cpu::matmul_backward(ptr<T>(dinp), ptr<T>(dweight), ptr<T>(dbias), dout.as<T>(), inp.as<T>(),
                            weight.as<T>(), N, IC, OC);
+    });
+  }
+
+  // ---- FP8, emulated (fp8.h): the GPU's quantization bit for bit, its GEMM up to the
+  // order of the fp32 sums -------------------------------------------------------------
+
+  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols) override {
+    const Fp8Format f = (q.empty() ? qt.dtype : q.dtype) == DType::F8E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
+    const size_t n = size_t(rows) * cols;
+    float amax = 0;
+    for (size_t i = 0; i < n; i++) {
+      const float a = std::fabs(float(load(x.data, x.dtype, i)));
+      if (!(a <= amax)) amax = a;  // a NaN wins, as on the GPU (the scale is then 1)
+    }
+    const float s = fp8_scale(amax, fp8_spec(f).max_finite);
+    for (int r = 0; r < rows; r++)
+      for (int c = 0; c < cols; c++) {
+        const size_t i = size_t(r) * cols + c;
+        const uint8_t b = fp8_encode(float(load(x.data, x.dtype, i)) * s, f);
+        if (!q.empty()) q.as<uint8_t>()[i] = b;
+        if (!qt.empty()) qt.as<uint8_t>()[size_t(c) * rows + r] = b;
+      }
+    inv_scale.as<float>()[0] = 1.0f / s;
+  }
+  void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
+                     bool accumulate) override {
+    dispatch(out.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<T> ad(size_t(M) * K), bd(size_t(N) * K), prod(size_t(M) * N);
+      for (size_t i = 0; i < ad.size(); i++) ad[i] = T(load(a.data, a.dtype, i));
+      for (size_t i = 0; i < bd.size(); i++) bd[i] = T(load(b.data, b.dtype, i));
+      cpu::matmul_forward<T>(prod.data(), ad.data(), bd.data(), nullptr, M, K, N);
+      const T scale = T(a_inv.as<float>()[0]) * T(b_inv.as<float>()[0]);
+      T* o = out.as<T>();
+      for (int r = 0; r < M; r++)
+        for (int c = 0; c < N; c++) {
+          const size_t i = size_t(r) * N + c;
+          const T v = prod[i] * scale;
+          o[i] = accumulate ? o[i] + v : (bias.empty() ? v : v + bias.as<T>()[c]);
+        }
     });
   }
 

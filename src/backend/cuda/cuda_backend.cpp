@@ -74,6 +74,10 @@ class CudaBackend final : public Backend {
     ST_CHECK(prop.major >= 8, "cuda backend: ", prop.name, " has compute capability ", prop.major, ".", prop.minor,
              "; bf16 tensor cores need 8.0 or newer");
     name_ = "cuda:" + std::to_string(device) + " (" + prop.name + ")";
+    cc_ = prop.major * 10 + prop.minor;
+    if (cc_ < 89)
+      fp8_why_not_ = std::string(prop.name) + " has compute capability " + std::to_string(prop.major) + "." +
+                     std::to_string(prop.minor) + ": FP8 tensor cores need 8.9 (Ada, e.g. L4) or 9.0 (Hopper)";
     ST_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     // alloc/free go through the stream-ordered pool; keep freed memory cached in it
     // (the default threshold 0 hands it back to the driver at every synchronisation).
@@ -83,6 +87,7 @@ class CudaBackend final : public Backend {
     ST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     matmul_ = std::make_unique<cuda::Matmul>(stream_);
     ST_CUDA(cudaMalloc(&small_dev_, 64));
+    ST_CUDA(cudaMalloc(&amax_dev_, 256));
     ST_CUDA(cudaMallocHost(&small_host_, 64));
   }
 
@@ -95,6 +100,7 @@ class CudaBackend final : public Backend {
     (void)cudaStreamSynchronize(stream_);
     matmul_.reset();
     if (small_dev_) (void)cudaFree(small_dev_);
+    if (amax_dev_) (void)cudaFree(amax_dev_);
     if (small_host_) (void)cudaFreeHost(small_host_);
     if (sums_dev_) (void)cudaFree(sums_dev_);
     if (sums_host_) (void)cudaFreeHost(sums_host_);
@@ -108,6 +114,7 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes() const override {
     return matmul_->workspace_bytes() + (cudnn_attention_ ? cudnn_attention_->workspace_bytes() : 0);
   }
+  std::string fp8_unsupported_reason() const override { return fp8_why_not_; }
   size_t peak_allocated_bytes() const override {
     cudaMemPool_t pool;
     uint64_t high = 0;
@@ -347,6 +354,26 @@ class CudaBackend final : public Backend {
       });
   }
 
+  // ---- FP8 ----------------------------------------------------------------------------------
+
+  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols) override {
+    use_device();
+    ST_CHECK(fp8_why_not_.empty(), "fp8_quantize: ", fp8_why_not_);
+    const Fp8Format f = (q.empty() ? qt.dtype : q.dtype) == DType::F8E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
+    auto* qp = q.empty() ? nullptr : q.as<uint8_t>();
+    auto* qtp = qt.empty() ? nullptr : qt.as<uint8_t>();
+    dispatch(x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::fp8_quantize(qp, qtp, inv_scale.as<float>(), x.as<T>(), rows, cols, f, amax_dev_, stream_);
+    });
+  }
+  void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
+                     bool accumulate) override {
+    use_device();
+    ST_CHECK(fp8_why_not_.empty(), "matmul_fp8: ", fp8_why_not_);
+    matmul_->fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate);
+  }
+
   // ---- RoPE and attention -----------------------------------------------------------------
 
   void do_rope(Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) override {
@@ -545,6 +572,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::Matmul> matmul_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;  // created at the first BF16 attention
   bool cudnn_warned_ = false;
+  int cc_ = 0;                  // compute capability, major * 10 + minor
+  std::string fp8_why_not_;     // fp8_unsupported_reason()
+  unsigned* amax_dev_ = nullptr;  // fp8_quantize's amax word
   void* small_dev_ = nullptr;   // 64 bytes: sum_squares result, first bad id row
   double* sums_dev_ = nullptr;   // sum_squares_total: one result per part
   double* sums_host_ = nullptr;

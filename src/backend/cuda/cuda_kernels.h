@@ -11,11 +11,20 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/fp8.h"
 #include "core/dtype.h"
 
 namespace st::cuda {
 
 using bf16 = __nv_bfloat16;
+
+// ---- fp8.cu ------------------------------------------------------------------------
+// q (rows, cols) and/or qt (cols, rows) (either may be null) = the fp8 quantization of
+// x with the power-of-two scale of its amax (backend/fp8.h); *inv_scale = 1 / scale.
+// amax_scratch: one device word the launcher zeroes and the kernels use.
+template <class T>
+void fp8_quantize(uint8_t* q, uint8_t* qt, float* inv_scale, const T* x, int rows, int cols, Fp8Format format,
+                  unsigned* amax_scratch, cudaStream_t stream);
 
 // ---- elementwise.cu -------------------------------------------------------------
 // p (n) = value, converted to dt (F32, F64, BF16, I32, I64).

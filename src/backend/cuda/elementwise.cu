@@ -63,7 +63,9 @@ void with_type(DType dt, Fn&& fn) {
     case DType::BF16: fn(bf16{}); return;
     case DType::I32: fn(int32_t{}); return;
     case DType::I64: fn(int64_t{}); return;
-    case DType::F16: break;
+    case DType::F16:
+    case DType::F8E4M3:
+    case DType::F8E5M2: break;
   }
   fail("cuda backend: ", dtype_name(dt), " tensors are not supported");
 }

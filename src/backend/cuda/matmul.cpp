@@ -58,8 +58,14 @@ cudaDataType_t cuda_type(DType dt) {
   switch (dt) {
     case DType::F32: return CUDA_R_32F;
     case DType::BF16: return CUDA_R_16BF;
-    default: fail("matmul: ", dtype_name(dt), " is not a GEMM type (bf16 or f32)");
+    case DType::F8E4M3: return CUDA_R_8F_E4M3;
+    case DType::F8E5M2: return CUDA_R_8F_E5M2;
+    default: fail("matmul: ", dtype_name(dt), " is not a GEMM type (bf16, f32, f8e4m3 or f8e5m2)");
   }
+}
+
+size_t type_bytes(cudaDataType_t t) {
+  return t == CUDA_R_32F ? 4 : (t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2) ? 1 : 2;
 }
 
 // RAII holders so that an exception between create and destroy leaks nothing.
@@ -84,6 +90,7 @@ Matmul::Matmul(cudaStream_t stream) : stream_(stream) {
   workspace_bytes_ = kWorkspaceBytes;
   tuning_ = env_flag("SHARDTRAIN_GEMM_TUNE", false);
   verbose_ = env_flag("SHARDTRAIN_GEMM_VERBOSE", false);
+  fp8_fast_accum_ = env_flag("SHARDTRAIN_FP8_FAST_ACCUM", false);
   if (const char* f = std::getenv("SHARDTRAIN_GEMM_ALGO"); f && *f) {
     char* end = nullptr;
     const long k = std::strtol(f, &end, 10);
@@ -109,16 +116,23 @@ bool Matmul::run(const Gemm& g) {
     ST_LT(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     ST_LT(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
   }
+  if (g.a_scale) {
+    ST_LT(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.a_scale, sizeof g.a_scale));
+    ST_LT(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.b_scale, sizeof g.b_scale));
+    const int8_t fast = g.fast_accum ? 1 : 0;
+    ST_LT(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+  }
+  const cudaDataType_t b_type = g.b_type >= 0 ? cudaDataType_t(g.b_type) : g.ab_type;
   Layout a, b, d;
   ST_LT(cublasLtMatrixLayoutCreate(&a.l, g.ab_type, g.transa ? g.k : g.m, g.transa ? g.m : g.k, g.lda));
-  ST_LT(cublasLtMatrixLayoutCreate(&b.l, g.ab_type, g.transb ? g.n : g.k, g.transb ? g.k : g.n, g.ldb));
+  ST_LT(cublasLtMatrixLayoutCreate(&b.l, b_type, g.transb ? g.n : g.k, g.transb ? g.k : g.n, g.ldb));
   ST_LT(cublasLtMatrixLayoutCreate(&d.l, g.d_type, g.m, g.n, g.m));
 
   const uint32_t al_a = alignment_of(g.A), al_b = alignment_of(g.B), al_d = alignment_of(g.D);
   std::ostringstream key;
   key << g.transa << g.transb << ' ' << g.m << ' ' << g.n << ' ' << g.k << ' ' << g.lda << ' ' << g.ldb << ' '
       << int(g.ab_type) << ' ' << int(g.d_type) << ' ' << (g.bias != nullptr) << ' ' << al_a << ' ' << al_b << ' '
-      << al_d << ' ' << (g.beta != 0.0f);
+      << al_d << ' ' << (g.beta != 0.0f) << ' ' << int(b_type) << ' ' << (g.a_scale != nullptr) << g.fast_accum;
   auto it = algos_.find(key.str());
   if (it == algos_.end()) {
     Pref pref;
@@ -155,7 +169,7 @@ bool Matmul::run(const Gemm& g) {
 int Matmul::tune(const Gemm& g, const std::string& key, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                  cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d, const cublasLtMatmulHeuristicResult_t* results,
                  int count) {
-  const size_t d_bytes = size_t(g.m) * g.n * (g.d_type == CUDA_R_16BF ? 2 : 4);
+  const size_t d_bytes = size_t(g.m) * g.n * type_bytes(g.d_type);
   if (d_bytes % 8 != 0 || reinterpret_cast<uintptr_t>(g.D) % 8 != 0) return 0;  // fingerprint needs 8-byte words
   // An accumulating GEMM needs a copy of D to restore: not for a big D (the lm_head's
   // weight gradient, ~0.9 GB for Qwen2.5-1.5B), where the copy could exhaust memory.
@@ -218,11 +232,12 @@ int Matmul::tune(const Gemm& g, const std::string& key, cublasLtMatmulDesc_t des
 
 void Matmul::gemm(Gemm g) {
   if (run(g)) return;
-  const size_t ab = g.ab_type == CUDA_R_16BF ? 2 : 4, db = g.d_type == CUDA_R_16BF ? 2 : 4;
+  const size_t ab = type_bytes(g.ab_type), bb = type_bytes(g.b_type >= 0 ? cudaDataType_t(g.b_type) : g.ab_type),
+               db = type_bytes(g.d_type);
   // Bytes a column-major (rows, cols) matrix with leading dimension ld spans.
   auto span = [](int rows, int cols, int ld, size_t elem) { return (size_t(ld) * (cols - 1) + rows) * elem; };
   const size_t a_bytes = span(g.transa ? g.k : g.m, g.transa ? g.m : g.k, g.lda, ab);
-  const size_t b_bytes = span(g.transb ? g.n : g.k, g.transb ? g.k : g.n, g.ldb, ab);
+  const size_t b_bytes = span(g.transb ? g.n : g.k, g.transb ? g.k : g.n, g.ldb, bb);
   const size_t d_bytes = size_t(g.m) * g.n * db;
   Scratch a(a_bytes, stream_), b(b_bytes, stream_), d(d_bytes, stream_);
   ST_CUDA(cudaMemcpyAsync(a.as<void>(), g.A, a_bytes, cudaMemcpyDeviceToDevice, stream_));
@@ -260,6 +275,28 @@ void Matmul::backward_input(Tensor dinp, Tensor dout, Tensor weight, int N, int 
 void Matmul::backward_weight(Tensor dweight, Tensor dout, Tensor inp, int N, int IC, int OC) {
   const cudaDataType_t t = cuda_type(dout.dtype);
   gemm(Gemm{false, true, IC, OC, N, inp.data, IC, dout.data, OC, t, dweight.data, CUDA_R_32F, 1.0f});
+}
+
+// Row-major out (M, N) = a (M, K) · b (N, K)ᵀ is column-major outᶜ (N, M) = bᶜᵀ · aᶜ:
+// A = b stored (K, N) with transa, B = a stored (K, M): m=N n=M k=K, lda = ldb = K.
+void Matmul::fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
+                 bool accumulate) {
+  Gemm g{true, false, N, M, K, b.data, K, a.data, K, cuda_type(b.dtype), out.data, cuda_type(out.dtype),
+         accumulate ? 1.0f : 0.0f};
+  g.b_type = int(cuda_type(a.dtype));
+  g.a_scale = b_inv.data, g.b_scale = a_inv.data;
+  g.fast_accum = fp8_fast_accum_;
+  if (!bias.empty() && alignment_of(bias.data) >= 16) {
+    g.bias = bias.data;
+    if (run(g)) return;
+    g.bias = nullptr;
+  }
+  gemm(g);
+  if (bias.empty()) return;
+  if (out.dtype == DType::BF16)
+    add_bias(out.as<bf16>(), bias.as<bf16>(), M, N, stream_);
+  else
+    add_bias(out.as<float>(), bias.as<float>(), M, N, stream_);
 }
 
 }  // namespace st::cuda

@@ -37,6 +37,14 @@ class Matmul {
   // dweight (OC, IC) F32 += dout (N, OC)ᵀ · inp (N, IC).
   void backward_weight(Tensor dweight, Tensor dout, Tensor inp, int N, int IC, int OC);
 
+  // out (M, N) = a (M, K) · b (N, K)ᵀ · *a_inv · *b_inv (+ bias): the FP8 GEMM of
+  // Backend::matmul_fp8 (a, b e4m3/e5m2; out BF16 or F32, F32 accumulated when
+  // `accumulate`). Row-major NT is cuBLASLt's column-major TN, the one layout FP8
+  // tensor cores take on sm_89 and sm_90. Split (fp32) accumulation unless
+  // SHARDTRAIN_FP8_FAST_ACCUM=1 allows the tensor cores' faster, narrower one.
+  void fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
+           bool accumulate);
+
   size_t workspace_bytes() const { return workspace_bytes_; }
 
  private:
@@ -54,6 +62,10 @@ class Matmul {
     cudaDataType_t d_type;
     float beta;
     const void* bias = nullptr;  // (m) added by the epilogue when set
+    int b_type = -1;                // B's cudaDataType_t where it differs from A's (FP8)
+    const void* a_scale = nullptr;  // device floats multiplying A and B (FP8)
+    const void* b_scale = nullptr;
+    bool fast_accum = false;        // FP8: the tensor cores' own accumulation
   };
   // Returns false when cuBLASLt has no algorithm for the problem as given.
   bool run(const Gemm& g);
@@ -77,6 +89,7 @@ class Matmul {
   bool tuning_ = false;
   int forced_ = -1;  // SHARDTRAIN_GEMM_ALGO
   bool verbose_ = false;
+  bool fp8_fast_accum_ = false;  // SHARDTRAIN_FP8_FAST_ACCUM
   std::unordered_map<std::string, Cached> algos_;
 };
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Compares two runs' loss curves step by step (metrics.jsonl): the relative
+difference |b - a| / a at every logged step after --skip, the worst of them, and
+whether all are within --tol. Exit 0 within, 1 outside, 2 on unreadable input."""
+import argparse, json, os, sys
+
+
+def losses(run_dir):
+    out = {}
+    for line in open(os.path.join(run_dir, "metrics.jsonl")):
+        r = json.loads(line)
+        if "step" in r and "loss" in r:
+            out[r["step"]] = r["loss"]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("a", help="the reference run (bf16)")
+    ap.add_argument("b", help="the run compared with it (fp8)")
+    ap.add_argument("--skip", type=int, default=50)
+    ap.add_argument("--tol", type=float, default=0.01)
+    args = ap.parse_args()
+    try:
+        a, b = losses(args.a), losses(args.b)
+    except (OSError, ValueError) as e:
+        print(f"fp8_parity: {e}")
+        return 2
+    steps = sorted(s for s in a if s in b and s > args.skip)
+    if not steps:
+        print(f"fp8_parity: no common steps after {args.skip}")
+        return 2
+    rel = {s: abs(b[s] - a[s]) / abs(a[s]) for s in steps}
+    worst = max(steps, key=rel.get)
+    mean = sum(rel.values()) / len(rel)
+    for s in steps:
+        if s % 50 == 0 or s == steps[-1]:
+            print(f"step {s:4d}  a {a[s]:.4f}  b {b[s]:.4f}  |b-a|/a {100 * rel[s]:.2f}%")
+    print(f"{len(steps)} steps after {args.skip}: mean |b-a|/a {100 * mean:.3f}%, worst {100 * rel[worst]:.3f}% "
+          f"at step {worst}; final a {a[steps[-1]]:.4f} b {b[steps[-1]]:.4f}")
+    ok = rel[worst] <= args.tol
+    print(f"within {100 * args.tol:.1f}% at every step after {args.skip}: {'yes' if ok else 'NO'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

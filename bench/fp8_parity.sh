@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# FP8 loss parity: the same model, data, seed and schedule trained twice, with
+# train.matmul_dtype = bf16 and = fp8, then the two loss curves compared step by step
+# (bench/fp8_parity.py: |fp8 - bf16| / bf16 at every logged step after SKIP) and drawn
+# side by side by `shardtrain report` (OUT/parity.html).
+#
+# Run from the repository root on the GPU machine:
+#   bench/fp8_parity.sh [SHARDTRAIN_BINARY] [OUT_DIR]
+# Environment: DATA (a prepared token directory, `shardtrain data prepare`; required),
+# MODEL (qwen2.5-0.5b), STEPS (400), MB (micro-batch, 8), SEQ (2048), LR (3e-4),
+# WARMUP (20), SKIP (50: steps the comparison leaves out), TOL (0.01).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${1:-build/shardtrain}
+OUT=${2:-bench-out/fp8-parity}
+DATA=${DATA:?set DATA to a prepared token directory (shardtrain data prepare)}
+MODEL=${MODEL:-qwen2.5-0.5b}
+STEPS=${STEPS:-400}
+MB=${MB:-8}
+SEQ=${SEQ:-2048}
+LR=${LR:-3e-4}
+WARMUP=${WARMUP:-20}
+SKIP=${SKIP:-50}
+TOL=${TOL:-0.01}
+export NCCL_NVLS_ENABLE=0
+mkdir -p "$OUT"
+for mm in bf16 fp8; do
+  echo "== $MODEL, matmul $mm, $STEPS steps"
+  "$BIN" train --config configs/qwen2.5-1.5b.toml --model.preset="$MODEL" --data.source=tokens \
+    --data.paths="$DATA" --train.seq_len="$SEQ" --train.micro_batch="$MB" --train.steps="$STEPS" \
+    --train.matmul_dtype="$mm" --train.log_every=1 --optim.lr="$LR" --optim.warmup_steps="$WARMUP" \
+    --run.progress=off --run.out_dir="$OUT/parity_$mm" > "$OUT/parity_$mm.log" 2>&1
+  echo "exit $?" >> "$OUT/parity_$mm.log"
+  grep -E "^done:|^exit|error" "$OUT/parity_$mm.log"
+done
+"$BIN" report "$OUT/parity_bf16" "$OUT/parity_fp8" --label bf16 --label fp8 \
+  --title "$MODEL: fp8 against bf16 matmuls, $STEPS steps" --out "$OUT/parity.html"
+python3 bench/fp8_parity.py "$OUT/parity_bf16" "$OUT/parity_fp8" --skip "$SKIP" --tol "$TOL" | tee "$OUT/parity.txt"

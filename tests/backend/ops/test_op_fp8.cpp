@@ -1,0 +1,251 @@
+// FP8 (backend/fp8.h): the host encoding against the formats' definitions (every
+// code, every tie), the power-of-two scale, the CPU's fp8_quantize and matmul_fp8
+// emulation against hand computations, and the CUDA ops against that emulation on
+// fresh random inputs: the quantization bit for bit, the GEMM up to the order of its
+// fp32 sums.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/fp8.h"
+#include "support/op_harness.h"
+
+namespace st::testing {
+namespace {
+
+constexpr Fp8Format kFormats[] = {Fp8Format::E4M3, Fp8Format::E5M2};
+const char* fname(Fp8Format f) { return f == Fp8Format::E4M3 ? "e4m3" : "e5m2"; }
+DType fdtype(Fp8Format f) { return f == Fp8Format::E4M3 ? DType::F8E4M3 : DType::F8E5M2; }
+
+// ---- the formats ----------------------------------------------------------------------
+
+TEST(Fp8Format, KnownValues) {
+  const auto E4 = Fp8Format::E4M3, E5 = Fp8Format::E5M2;
+  EXPECT_EQ(fp8_encode(1.0f, E4), 0x38);
+  EXPECT_EQ(fp8_encode(-2.0f, E4), 0xC0);
+  EXPECT_EQ(fp8_encode(448.0f, E4), 0x7E);           // the largest finite
+  EXPECT_EQ(fp8_encode(1000.0f, E4), 0x7E);          // saturates
+  EXPECT_EQ(fp8_encode(INFINITY, E4), 0x7E);
+  EXPECT_EQ(fp8_encode(-INFINITY, E4), 0xFE);
+  EXPECT_EQ(fp8_encode(std::ldexp(1.0f, -9), E4), 0x01);   // the smallest subnormal
+  EXPECT_EQ(fp8_encode(std::ldexp(1.0f, -10), E4), 0x00);  // half of it: a tie, to even (zero)
+  EXPECT_EQ(fp8_encode(std::ldexp(1.5f, -10), E4), 0x01);
+  EXPECT_EQ(fp8_encode(1.0625f, E4), 0x38);  // between 1 and 1.125: to the even mantissa
+  EXPECT_EQ(fp8_encode(1.1875f, E4), 0x3A);  // between 1.125 and 1.25: to 1.25
+  EXPECT_EQ(fp8_encode(-0.0f, E4), 0x80);
+  EXPECT_EQ(fp8_encode(NAN, E4), 0x7F);
+  EXPECT_TRUE(std::isnan(fp8_decode(0x7F, E4)));
+  EXPECT_TRUE(std::isnan(fp8_decode(0xFF, E4)));
+  EXPECT_EQ(fp8_decode(0x7E, E4), 448.0f);
+
+  EXPECT_EQ(fp8_encode(1.0f, E5), 0x3C);
+  EXPECT_EQ(fp8_encode(57344.0f, E5), 0x7B);
+  EXPECT_EQ(fp8_encode(1e6f, E5), 0x7B);
+  EXPECT_EQ(fp8_encode(std::ldexp(1.0f, -16), E5), 0x01);
+  EXPECT_EQ(fp8_decode(0x7C, E5), INFINITY);
+  EXPECT_TRUE(std::isnan(fp8_decode(0x7F, E5)));
+}
+
+// Every finite code decodes to a value that encodes back to it; the midpoint of every
+// two neighbouring values rounds to the one with the even code; just above it, up.
+TEST(Fp8Format, EveryCodeAndEveryTie) {
+  for (Fp8Format f : kFormats) {
+    std::vector<std::pair<float, int>> values;  // non-negative finite values in order
+    for (int c = 0; c < 128; c++) {
+      const float v = fp8_decode(uint8_t(c), f);
+      if (!std::isfinite(v)) continue;
+      EXPECT_EQ(fp8_encode(v, f), c) << fname(f) << " code " << c;
+      EXPECT_EQ(fp8_encode(-v, f), c | 0x80) << fname(f) << " code -" << c;
+      values.emplace_back(v, c);
+    }
+    for (size_t i = 1; i < values.size(); i++) {
+      const auto [lo, clo] = values[i - 1];
+      const auto [hi, chi] = values[i];
+      ASSERT_LT(lo, hi) << fname(f);
+      const float mid = (lo + hi) / 2;
+      EXPECT_EQ(fp8_encode(mid, f), (clo % 2 == 0) ? clo : chi) << fname(f) << " tie " << lo << " / " << hi;
+      EXPECT_EQ(fp8_encode(std::nextafter(mid, INFINITY), f), chi) << fname(f);
+      EXPECT_EQ(fp8_encode(std::nextafter(mid, 0.0f), f), clo) << fname(f);
+    }
+  }
+}
+
+TEST(Fp8Format, ScaleIsThePowerOfTwoThatFits) {
+  for (Fp8Format f : kFormats) {
+    const float mx = fp8_spec(f).max_finite;
+    for (float amax : {1.0f, 0.3f, 447.0f, 449.0f, 1e-3f, 7e4f, 3.0e37f, 1e-30f}) {
+      const float s = fp8_scale(amax, mx);
+      int e = 0;
+      EXPECT_EQ(std::frexp(s, &e), 0.5f) << "a power of two: " << s;
+      EXPECT_LE(double(amax) * s, mx) << fname(f) << " amax " << amax;
+      EXPECT_GT(double(amax) * s * 2, mx) << fname(f) << " amax " << amax;
+    }
+    EXPECT_EQ(fp8_scale(0.0f, mx), 1.0f);
+    EXPECT_EQ(fp8_scale(NAN, mx), 1.0f);
+    EXPECT_EQ(fp8_scale(INFINITY, mx), 1.0f);
+    EXPECT_EQ(fp8_scale(1e-45f, mx), std::ldexp(1.0f, 127));  // capped, not infinite
+  }
+}
+
+// ---- the CPU emulation ------------------------------------------------------------------
+
+class CpuFp8 : public CpuOps {};
+
+TEST_F(CpuFp8, QuantizeWritesTheScaledRoundedValuesAndTheirTranspose) {
+  const int rows = 7, cols = 5;
+  for (Fp8Format f : kFormats) {
+    Vec x = randv(size_t(rows) * cols, -3, 3);
+    x[11] = -12;  // the amax: 1.5 x a power of two, exact in both formats once scaled
+    Tensor tx = make(DType::F32, x.size());
+    be->copy(tx, from(x));
+    Tensor q = make(fdtype(f), x.size()), qt = make(fdtype(f), x.size()), inv = make(DType::F32, 1);
+    be->fp8_quantize(q, qt, inv, tx, rows, cols);
+    const float s = fp8_scale(12.0f, fp8_spec(f).max_finite);
+    EXPECT_EQ(get(inv)[0], 1.0 / s);
+    const uint8_t* qb = q.as<uint8_t>();
+    const uint8_t* qtb = qt.as<uint8_t>();
+    for (int r = 0; r < rows; r++)
+      for (int c = 0; c < cols; c++) {
+        const size_t i = size_t(r) * cols + c;
+        EXPECT_EQ(qb[i], fp8_encode(float(x[i]) * s, f)) << fname(f) << " " << r << "," << c;
+        EXPECT_EQ(qtb[size_t(c) * rows + r], qb[i]) << fname(f) << " transpose " << r << "," << c;
+      }
+    // The amax scaled: within a factor of two below the format's largest value.
+    EXPECT_EQ(fp8_decode(qb[11], f), -12.0f * s);
+    // The transpose alone, and an all-zero tensor: scale 1, zero codes.
+    Tensor z = make(DType::F32, x.size()), qt2 = make(fdtype(f), x.size());
+    be->fp8_quantize(Tensor{}, qt2, inv, z, rows, cols);
+    EXPECT_EQ(get(inv)[0], 1.0);
+    for (size_t i = 0; i < x.size(); i++) EXPECT_EQ(qt2.as<uint8_t>()[i], 0);
+  }
+}
+
+TEST_F(CpuFp8, MatmulIsTheDequantizedProductScaled) {
+  const int M = 16, K = 32, N = 48;
+  Tensor xa = make(DType::F32, size_t(M) * K), xb = make(DType::F32, size_t(N) * K);
+  be->copy(xa, rand(size_t(M) * K, -2, 2));
+  be->copy(xb, rand(size_t(N) * K, -0.1, 0.1));
+  Tensor a = make(DType::F8E5M2, size_t(M) * K), b = make(DType::F8E4M3, size_t(N) * K);
+  Tensor ai = make(DType::F32, 1), bi = make(DType::F32, 1);
+  be->fp8_quantize(a, Tensor{}, ai, xa, M, K);
+  be->fp8_quantize(b, Tensor{}, bi, xb, N, K);
+  Vec av = get(a), bv = get(b);  // the codes' values, unscaled
+  const double sa = get(ai)[0], sb = get(bi)[0];
+  Tensor bias = make(DType::F32, N);
+  be->copy(bias, rand(N));
+  Vec biasv = get(bias);
+  Tensor out = make(DType::F32, size_t(M) * N), acc = make(DType::F32, size_t(M) * N);
+  Vec acc0 = randv(size_t(M) * N);
+  be->copy(acc, from(acc0));
+  be->matmul_fp8(out, a, ai, b, bi, bias, M, K, N, false);
+  be->matmul_fp8(acc, a, ai, b, bi, Tensor{}, M, K, N, true);
+  Vec ov = get(out), accv = get(acc), xav = get(xa), xbv = get(xb);
+  double err = 0, ref = 0;
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      double s = 0, exact = 0;
+      for (int k = 0; k < K; k++) {
+        s += av[size_t(m) * K + k] * bv[size_t(n) * K + k];
+        exact += xav[size_t(m) * K + k] * xbv[size_t(n) * K + k];
+      }
+      const size_t i = size_t(m) * N + n;
+      EXPECT_NEAR(ov[i], s * sa * sb + biasv[n], 1e-5 * (std::fabs(s * sa * sb) + 1)) << m << "," << n;
+      EXPECT_NEAR(accv[i], acc0[i] + s * sa * sb, 1e-5 * (std::fabs(s * sa * sb) + 1)) << m << "," << n;
+      err += (s * sa * sb - exact) * (s * sa * sb - exact), ref += exact * exact;
+    }
+  // And it is an approximation of the unquantized product, at fp8's precision.
+  EXPECT_LT(std::sqrt(err / ref), 0.1);
+  EXPECT_GT(std::sqrt(err / ref), 1e-4);
+}
+
+TEST_F(CpuFp8, BadCallsAreRefused) {
+  Tensor a = make(DType::F8E5M2, 16 * 16), b = make(DType::F8E5M2, 16 * 16), i = make(DType::F32, 1);
+  Tensor out = make(DType::F32, 16 * 16), x = make(DType::F32, 16 * 16);
+  expect_error([&] { be->matmul_fp8(out, a, i, b, i, Tensor{}, 16, 16, 16, false); }, {"both f8e5m2"});
+  Tensor e4 = make(DType::F8E4M3, 24 * 16);
+  expect_error([&] { be->matmul_fp8(out, e4, i, e4, i, Tensor{}, 12, 16, 16, false); }, {"multiples of 16", "M=12"});
+  expect_error([&] { be->fp8_quantize(Tensor{}, Tensor{}, i, x, 16, 16); }, {"both empty"});
+  expect_error([&] { be->fp8_quantize(x, Tensor{}, i, x, 16, 16); }, {"expected f8e4m3 or f8e5m2"});
+}
+
+// ---- CUDA against the emulation -------------------------------------------------------------
+
+class CudaFp8 : public CudaOps {};
+
+TEST_F(CudaFp8, QuantizeMatchesTheEmulationBitForBit) {
+  struct Shape {
+    int rows, cols;
+    size_t off;  // elements into the input's buffer: the unaligned path
+  };
+  for (Shape sh : {Shape{37, 72, 0}, Shape{64, 64, 0}, Shape{130, 100, 0}, Shape{256, 512, 0}, Shape{48, 80, 3},
+                   Shape{16, 8, 0}}) {
+    for (DType dt : kBoth)
+      for (Fp8Format f : kFormats) {
+        const size_t n = size_t(sh.rows) * sh.cols;
+        Vec x = randv_as(dt, n, -4, 4);
+        x[n / 3] = dt == DType::BF16 ? bf16_to_f32(f32_to_bf16(37.25f)) : 37.25f;
+        x[n / 2] = 1e-6f;  // underflows to a subnormal or zero
+        const std::string what = std::string(dtype_name(dt)) + " " + fname(f) + " " + std::to_string(sh.rows) + "x" +
+                                 std::to_string(sh.cols) + "+" + std::to_string(sh.off);
+        Tensor cq = make(*cpu, fdtype(f), n), cqt = make(*cpu, fdtype(f), n), ci = make(*cpu, DType::F32, 1);
+        cpu->fp8_quantize(cq, cqt, ci, cpu_from(x), sh.rows, sh.cols);
+        Tensor gx = gpu_from_at(x, dt, sh.off);
+        Tensor gq = make(gpu(), fdtype(f), n), gqt = make(gpu(), fdtype(f), n), gi = make(gpu(), DType::F32, 1);
+        gpu().fp8_quantize(gq, gqt, gi, gx, sh.rows, sh.cols);
+        std::vector<uint8_t> q = raw(gq), qt = raw(gqt);
+        EXPECT_EQ(std::memcmp(q.data(), cq.as<uint8_t>(), n), 0) << what << " q";
+        EXPECT_EQ(std::memcmp(qt.data(), cqt.as<uint8_t>(), n), 0) << what << " qt";
+        EXPECT_EQ(get(gi)[0], cget(ci)[0]) << what << " inv_scale";
+        // One layout alone writes the same bytes.
+        Tensor gq2 = make(gpu(), fdtype(f), n);
+        gpu().fp8_quantize(Tensor{}, gq2, gi, gx, sh.rows, sh.cols);
+        EXPECT_EQ(raw(gq2), qt) << what << " qt alone";
+      }
+  }
+}
+
+TEST_F(CudaFp8, MatmulMatchesTheEmulation) {
+  struct Shape {
+    int M, K, N;
+  };
+  for (Shape sh : {Shape{16, 16, 16}, Shape{64, 96, 48}, Shape{256, 512, 384}, Shape{512, 1536, 2048}}) {
+    const auto [M, K, N] = sh;
+    for (auto [fa, fb] : {std::pair{Fp8Format::E4M3, Fp8Format::E4M3}, std::pair{Fp8Format::E5M2, Fp8Format::E4M3}}) {
+      const std::string what = std::string(fname(fa)) + "x" + fname(fb) + " " + std::to_string(M) + "x" +
+                               std::to_string(K) + "x" + std::to_string(N);
+      Vec xa = randv_as(DType::BF16, size_t(M) * K, -3, 3), xb = randv_as(DType::BF16, size_t(N) * K, -0.2f, 0.2f);
+      Vec bias = randv_as(DType::BF16, N), acc0 = randv(size_t(M) * N);
+      Tensor ca = make(*cpu, fdtype(fa), xa.size()), cb = make(*cpu, fdtype(fb), xb.size());
+      Tensor cai = make(*cpu, DType::F32, 1), cbi = make(*cpu, DType::F32, 1);
+      cpu->fp8_quantize(ca, Tensor{}, cai, cpu_from(xa), M, K);
+      cpu->fp8_quantize(cb, Tensor{}, cbi, cpu_from(xb), N, K);
+      Tensor co = make(*cpu, DType::F32, size_t(M) * N), cacc = cpu_from(acc0);
+      cpu->matmul_fp8(co, ca, cai, cb, cbi, cpu_from(bias), M, K, N, false);
+      cpu->matmul_fp8(cacc, ca, cai, cb, cbi, Tensor{}, M, K, N, true);
+
+      Tensor ga = make(gpu(), fdtype(fa), xa.size()), gb = make(gpu(), fdtype(fb), xb.size());
+      Tensor gai = make(gpu(), DType::F32, 1), gbi = make(gpu(), DType::F32, 1);
+      gpu().fp8_quantize(ga, Tensor{}, gai, gpu_from(xa, DType::BF16), M, K);
+      gpu().fp8_quantize(gb, Tensor{}, gbi, gpu_from(xb, DType::BF16), N, K);
+      Tensor go = gpu_poisoned(DType::BF16, size_t(M) * N), gacc = gpu_from(acc0, DType::F32);
+      gpu().matmul_fp8(go, ga, gai, gb, gbi, gpu_from(bias, DType::BF16), M, K, N, false);
+      gpu().matmul_fp8(gacc, ga, gai, gb, gbi, Tensor{}, M, K, N, true);
+      // bf16 output: its one rounding; f32 accumulation: only the order of the sums.
+      expect_close(what + " out (bf16)", get(go), cget(co), 1e-2);
+      expect_close(what + " accumulated (f32)", get(gacc), cget(cacc), 1e-5);
+    }
+  }
+}
+
+TEST_F(CudaFp8, HopperAndAdaComputeIt) {
+  const std::string why = gpu().fp8_unsupported_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  SUCCEED();
+}
+
+}  // namespace
+}  // namespace st::testing
