@@ -251,7 +251,7 @@ namespace {
 bool is_fp8(DType t) { return t == DType::F8E4M3 || t == DType::F8E5M2; }
 }  // namespace
 
-void Backend::fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols) {
+void Backend::fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols, bool reuse_scale) {
   const char* op = "fp8_quantize";
   check_dim(op, "rows", rows), check_dim(op, "cols", cols);
   ST_CHECK(!q.empty() || !qt.empty(), op, ": q and qt are both empty (nothing to write)");
@@ -262,7 +262,7 @@ void Backend::fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int 
   if (!qt.empty()) check_buf(op, "qt", qt, qd, n);
   check_buf(op, "inv_scale", inv_scale, DType::F32, 1);
   check_buf(op, "x", x, act_dtype(op, "x", x), n);
-  do_fp8_quantize(q, qt, inv_scale, x, rows, cols);
+  do_fp8_quantize(q, qt, inv_scale, x, rows, cols, reuse_scale);
 }
 
 void Backend::matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K,

@@ -129,8 +129,10 @@ class Backend {
   // q (rows, cols) = fp8(x (rows, cols) * s) and qt (cols, rows) = its transpose, with
   // s = fp8_scale(amax |x|) of the whole tensor; q and qt share a dtype (F8E4M3 or
   // F8E5M2), either may be empty but not both; inv_scale (1, F32) = 1/s, for
-  // matmul_fp8. Computed where the tensors live: no wait for the device.
-  void fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols);
+  // matmul_fp8. Computed where the tensors live: no wait for the device. With
+  // `reuse_scale`, inv_scale is read instead: the scale of an earlier quantization of
+  // the same values (a layer's input or weight again in backward), so x is read once.
+  void fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols, bool reuse_scale = false);
   // out (M, N) = a (M, K) · b (N, K)ᵀ · a_inv · b_inv (+ bias (N)), fp32 accumulation.
   // a, b: fp8, not both e5m2; a_inv, b_inv (1, F32) from fp8_quantize. out: the
   // activation dtype, overwritten; or, with `accumulate`, the parameter-gradient dtype,
@@ -239,7 +241,8 @@ class Backend {
   virtual void do_matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) = 0;
   virtual void do_matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
                                   int N, int IC, int OC) = 0;
-  virtual void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols) = 0;
+  virtual void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols,
+                               bool reuse_scale) = 0;
   virtual void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K,
                              int N, bool accumulate) = 0;
   // sign +1: rope_forward; -1: rope_backward.

@@ -446,15 +446,18 @@ void ProfilingBackend::do_matmul_backward(Tensor dinp, Tensor dweight, Tensor db
 
 // FP8 rows of their own: each quantization (keyed by format and by which layouts it
 // writes: "+T" both, "T" the transpose alone) and each FP8 GEMM shape.
-void ProfilingBackend::do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols) {
-  if (!open_) return inner_.do_fp8_quantize(q, qt, inv_scale, x, rows, cols);
+void ProfilingBackend::do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols,
+                                       bool reuse_scale) {
+  if (!open_) return inner_.do_fp8_quantize(q, qt, inv_scale, x, rows, cols, reuse_scale);
   const DType qd = q.empty() ? qt.dtype : q.dtype;
   const double n = static_cast<double>(rows) * cols;
   const char* layouts = q.empty() ? " T" : qt.empty() ? "" : " +T";
-  // x is read twice (its amax, then the cast); each layout is written once.
-  timed(std::string("fp8_quantize ") + (qd == DType::F8E4M3 ? "e4m3" : "e5m2") + layouts, false,
-        n * (2 * es(x) + (q.empty() ? 0 : 1) + (qt.empty() ? 0 : 1)),
-        [&] { inner_.do_fp8_quantize(q, qt, inv_scale, x, rows, cols); });
+  // x is read twice (its amax, then the cast), once with a reused scale; each layout
+  // is written once.
+  timed(std::string("fp8_quantize ") + (qd == DType::F8E4M3 ? "e4m3" : "e5m2") + layouts +
+            (reuse_scale ? " (scale reused)" : ""),
+        false, n * ((reuse_scale ? 1 : 2) * es(x) + (q.empty() ? 0 : 1) + (qt.empty() ? 0 : 1)),
+        [&] { inner_.do_fp8_quantize(q, qt, inv_scale, x, rows, cols, reuse_scale); });
 }
 
 void ProfilingBackend::do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M,

@@ -106,6 +106,7 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
     make(dq_, DType::F8E5M2, N * std::max({QKV, C, 2 * F}));
     make(dqt_, DType::F8E5M2, N * std::max({QKV, C, 2 * F}));
     make(inv_, DType::F32, 4);
+    make(scales_, DType::F32, size_t(L_) * 4 * 2);
   }
 }
 
@@ -124,9 +125,9 @@ std::string Qwen2Model::fp8_shape_problem(const ModelConfig& c, int64_t B, int64
   return "";
 }
 
-void Qwen2Model::linear_forward(Tensor out, Tensor x, Tensor w, Tensor b, int IC, int OC) {
+void Qwen2Model::linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor b, int IC, int OC) {
   if (!fp8_) return be_.matmul_forward(out, x, w, b, N_, IC, OC);
-  Tensor x_inv = inv_.slice(0, 1), w_inv = inv_.slice(1, 1);
+  Tensor x_inv = scales_.slice(2 * size_t(slot), 1), w_inv = scales_.slice(2 * size_t(slot) + 1, 1);
   be_.fp8_quantize(xq_, Tensor{}, x_inv, x, N_, IC);
   be_.fp8_quantize(wq_, Tensor{}, w_inv, w, OC, IC);
   be_.matmul_fp8(out, xq_, x_inv, wq_, w_inv, b, N_, IC, OC, false);
@@ -134,16 +135,20 @@ void Qwen2Model::linear_forward(Tensor out, Tensor x, Tensor w, Tensor b, int IC
 
 // dx (N, IC) = dout (N, OC) · W: a = dout (e5m2), b = Wᵀ (IC, OC);
 // dW (OC, IC) += doutᵀ · x: a = doutᵀ (OC, N), b = xᵀ (IC, N); db from dout as is.
-void Qwen2Model::linear_backward(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC, int OC) {
+// x and W are the forward's values (kept, recomputed or regathered: the same bits),
+// so their transposes reuse the forward's scales.
+void Qwen2Model::linear_backward(int slot, Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC,
+                                 int OC) {
   if (!fp8_) return be_.matmul_backward(dx, dw, db, dout, x, w, N_, IC, OC);
-  Tensor x_inv = inv_.slice(0, 1), w_inv = inv_.slice(1, 1), d_inv = inv_.slice(2, 1);
+  Tensor x_inv = scales_.slice(2 * size_t(slot), 1), w_inv = scales_.slice(2 * size_t(slot) + 1, 1);
+  Tensor d_inv = inv_.slice(0, 1);
   be_.fp8_quantize(dq_, dw.empty() ? Tensor{} : dqt_, d_inv, dout, N_, OC);
   if (!dx.empty()) {
-    be_.fp8_quantize(Tensor{}, wq_, w_inv, w, OC, IC);
+    be_.fp8_quantize(Tensor{}, wq_, w_inv, w, OC, IC, true);
     be_.matmul_fp8(dx, dq_, d_inv, wq_, w_inv, Tensor{}, N_, OC, IC, false);
   }
   if (!dw.empty()) {
-    be_.fp8_quantize(Tensor{}, xq_, x_inv, x, N_, IC);
+    be_.fp8_quantize(Tensor{}, xq_, x_inv, x, N_, IC, true);
     be_.matmul_fp8(dw, dqt_, d_inv, xq_, x_inv, Tensor{}, OC, N_, IC, true);
   }
   if (!db.empty()) be_.matmul_backward(Tensor{}, Tensor{}, db, dout, x, w, N_, IC, OC);
@@ -182,7 +187,7 @@ uint64_t Qwen2Model::activation_bytes_for(const ModelConfig& c, DType dtype, int
   if (fp8) {  // xq_, wq_, dq_, dqt_ (one byte an element), inv_
     const U A = H * hd;
     bytes += N * std::max({C, A, F}) + std::max({QKV * C, C * A, 2 * F * C, C * F}) +
-             2 * N * std::max({QKV, C, 2 * F}) + 4 * 4;
+             2 * N * std::max({QKV, C, 2 * F}) + 4 * 4 + L * 4 * 2 * 4;
   }
   return bytes > std::numeric_limits<uint64_t>::max() ? std::numeric_limits<uint64_t>::max()
                                                        : static_cast<uint64_t>(bytes);
@@ -204,16 +209,16 @@ void Qwen2Model::forward_blocks(ParamProvider& params) {
     else
       be_.add_rmsnorm_forward(resid_[l], ln1_[l], rstd1_[l], mid_[l - 1], tmp_, w.slice(o.ln1, C), N_, C_, eps_);
     op.next("attention");
-    linear_forward(qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), C_, QKV_);
+    linear_forward(4 * l + 0, qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), C_, QKV_);
     be_.rope_forward(qkv_[l], B_, T_, H_, KV_, hd_, theta_);
     be_.attention_forward(att_[l], lse_[l], qkv_[l], B_, T_, H_, KV_, hd_);
-    linear_forward(tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, H_ * hd_, C_);
+    linear_forward(4 * l + 1, tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, H_ * hd_, C_);
     op.next("norm");
     be_.add_rmsnorm_forward(mid_[l], ln2_[l], rstd2_[l], resid_[l], tmp_, w.slice(o.ln2, C), N_, C_, eps_);
     op.next("mlp");
-    linear_forward(gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, C_, 2 * F_);
+    linear_forward(4 * l + 2, gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, C_, 2 * F_);
     be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
-    linear_forward(tmp_, sw_[l], w.slice(o.down_w, C * F), Tensor{}, F_, C_);
+    linear_forward(4 * l + 3, tmp_, sw_[l], w.slice(o.down_w, C * F), Tensor{}, F_, C_);
     op.end();
     // resid_[l + 1] = mid_[l] + tmp_ is done by the next norm (the next layer's, or
     // the final one in head()).
@@ -309,19 +314,21 @@ void Qwen2Model::backward_blocks(ParamProvider& params) {
     recompute_layer(l, w);
     op.next("mlp");
     // resid[l+1] = mid + down(swiglu(gate_up(norm2(mid)))): dresid flows to mid unchanged.
-    linear_backward(dsw_, g.slice(o.down_w, C * F), Tensor{}, dresid_, sw_[l], w.slice(o.down_w, C * F), F_, C_);
+    linear_backward(4 * l + 3, dsw_, g.slice(o.down_w, C * F), Tensor{}, dresid_, sw_[l], w.slice(o.down_w, C * F),
+                    F_, C_);
     be_.swiglu_backward(dgu_, dsw_, gu_[l], N_, F_);
-    linear_backward(dln_, g.slice(o.gate_up_w, 2 * F * C), Tensor{}, dgu_, ln2_[l], w.slice(o.gate_up_w, 2 * F * C),
-                    C_, 2 * F_);
+    linear_backward(4 * l + 2, dln_, g.slice(o.gate_up_w, 2 * F * C), Tensor{}, dgu_, ln2_[l],
+                    w.slice(o.gate_up_w, 2 * F * C), C_, 2 * F_);
     op.next("norm");
     be_.rmsnorm_backward(dresid_, g.slice(o.ln2, C), dln_, mid_[l], w.slice(o.ln2, C), rstd2_[l], N_, C_);
     op.next("attention");
     // mid = resid + o_proj(attention(rope(qkv(norm1(resid))))).
-    linear_backward(datt_, g.slice(o.o_w, C * A), Tensor{}, dresid_, att_[l], w.slice(o.o_w, C * A), H_ * hd_, C_);
+    linear_backward(4 * l + 1, datt_, g.slice(o.o_w, C * A), Tensor{}, dresid_, att_[l], w.slice(o.o_w, C * A),
+                    H_ * hd_, C_);
     be_.attention_backward(dqkv_, datt_, att_[l], lse_[l], qkv_[l], B_, T_, H_, KV_, hd_);
     be_.rope_backward(dqkv_, B_, T_, H_, KV_, hd_, theta_);
-    linear_backward(dln_, g.slice(o.qkv_w, QKV * C), g.slice(o.qkv_b, QKV), dqkv_, ln1_[l], w.slice(o.qkv_w, QKV * C),
-                    C_, QKV_);
+    linear_backward(4 * l + 0, dln_, g.slice(o.qkv_w, QKV * C), g.slice(o.qkv_b, QKV), dqkv_, ln1_[l],
+                    w.slice(o.qkv_w, QKV * C), C_, QKV_);
     op.next("norm");
     be_.rmsnorm_backward(dresid_, g.slice(o.ln1, C), dln_, resid_[l], w.slice(o.ln1, C), rstd1_[l], N_, C_);
     op.end();
@@ -338,17 +345,17 @@ void Qwen2Model::recompute_layer(int l, Tensor w) {
   // the forward equals add then norm bit for bit).
   if (drop_ln1_) be_.rmsnorm_forward(ln1_[l], rstd1_[l], resid_[l], w.slice(o.ln1, C), N_, C_, eps_);
   if (drop_attn_) {
-    linear_forward(qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), C_, QKV_);
+    linear_forward(4 * l + 0, qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), C_, QKV_);
     be_.rope_forward(qkv_[l], B_, T_, H_, KV_, hd_, theta_);
     be_.attention_forward(att_[l], lse_[l], qkv_[l], B_, T_, H_, KV_, hd_);
   }
   if (drop_mid_) {
-    linear_forward(tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, H_ * hd_, C_);
+    linear_forward(4 * l + 1, tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, H_ * hd_, C_);
     be_.add(mid_[l], resid_[l], tmp_, N_ * C);
   }
   if (drop_ln2_) be_.rmsnorm_forward(ln2_[l], rstd2_[l], mid_[l], w.slice(o.ln2, C), N_, C_, eps_);
   if (drop_gu_)
-    linear_forward(gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, C_, 2 * F_);
+    linear_forward(4 * l + 2, gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, C_, 2 * F_);
   if (drop_sw_) be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
 }
 

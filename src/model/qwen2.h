@@ -78,9 +78,10 @@ class Qwen2Model {
   // layer's (shared) buffers; w: the layer's gathered weights.
   void recompute_layer(int l, Tensor w);
   // The blocks' linear layers: matmul_forward / matmul_backward in the activation
-  // dtype, or through fp8_quantize + matmul_fp8 when fp8_.
-  void linear_forward(Tensor out, Tensor x, Tensor w, Tensor b, int IC, int OC);
-  void linear_backward(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC, int OC);
+  // dtype, or through fp8_quantize + matmul_fp8 when fp8_. slot = 4 * layer + (0 qkv,
+  // 1 o, 2 gate|up, 3 down): where the forward keeps its input's and weight's scales.
+  void linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor b, int IC, int OC);
+  void linear_backward(int slot, Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC, int OC);
 
   const ParamLayout& layout_;
   Backend& be_;
@@ -117,8 +118,9 @@ class Qwen2Model {
   Tensor tmp_;                     // (N, C)
   // FP8 scratch (fp8_ only), reused by every linear layer: an input (N, IC) or its
   // transpose, a weight (OC, IC) or its transpose (e4m3); an output gradient (N, OC)
-  // and its transpose (e5m2); the four inverse scales (F32).
-  Tensor xq_, wq_, dq_, dqt_, inv_;
+  // and its transpose (e5m2); the output gradient's inverse scale (F32, in inv_); the
+  // forward's input and weight inverse scales per linear layer (scales_, L x 4 x 2).
+  Tensor xq_, wq_, dq_, dqt_, inv_, scales_;
   std::vector<Tensor*> owned_;
 };
 

@@ -222,15 +222,16 @@ class CpuBackend final : public Backend {
   // ---- FP8, emulated (fp8.h): the GPU's quantization bit for bit, its GEMM up to the
   // order of the fp32 sums -------------------------------------------------------------
 
-  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols) override {
+  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols,
+                       bool reuse_scale) override {
     const Fp8Format f = (q.empty() ? qt.dtype : q.dtype) == DType::F8E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
     const size_t n = size_t(rows) * cols;
     float amax = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && !reuse_scale; i++) {
       const float a = std::fabs(float(load(x.data, x.dtype, i)));
       if (!(a <= amax)) amax = a;  // a NaN wins, as on the GPU (the scale is then 1)
     }
-    const float s = fp8_scale(amax, fp8_spec(f).max_finite);
+    const float s = reuse_scale ? 1.0f / inv_scale.as<float>()[0] : fp8_scale(amax, fp8_spec(f).max_finite);
     for (int r = 0; r < rows; r++)
       for (int c = 0; c < cols; c++) {
         const size_t i = size_t(r) * cols + c;
@@ -238,7 +239,7 @@ class CpuBackend final : public Backend {
         if (!q.empty()) q.as<uint8_t>()[i] = b;
         if (!qt.empty()) qt.as<uint8_t>()[size_t(c) * rows + r] = b;
       }
-    inv_scale.as<float>()[0] = 1.0f / s;
+    if (!reuse_scale) inv_scale.as<float>()[0] = 1.0f / s;
   }
   void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
                      bool accumulate) override {

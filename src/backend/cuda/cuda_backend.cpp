@@ -356,7 +356,8 @@ class CudaBackend final : public Backend {
 
   // ---- FP8 ----------------------------------------------------------------------------------
 
-  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols) override {
+  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols,
+                       bool reuse_scale) override {
     use_device();
     ST_CHECK(fp8_why_not_.empty(), "fp8_quantize: ", fp8_why_not_);
     const Fp8Format f = (q.empty() ? qt.dtype : q.dtype) == DType::F8E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
@@ -364,7 +365,8 @@ class CudaBackend final : public Backend {
     auto* qtp = qt.empty() ? nullptr : qt.as<uint8_t>();
     dispatch(x.dtype, [&](auto tag) {
       using T = decltype(tag);
-      cuda::fp8_quantize(qp, qtp, inv_scale.as<float>(), x.as<T>(), rows, cols, f, amax_dev_, stream_);
+      cuda::fp8_quantize(qp, qtp, inv_scale.as<float>(), x.as<T>(), rows, cols, f, reuse_scale ? nullptr : amax_dev_,
+                         stream_);
     });
   }
   void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,

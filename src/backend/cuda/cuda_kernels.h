@@ -21,7 +21,8 @@ using bf16 = __nv_bfloat16;
 // ---- fp8.cu ------------------------------------------------------------------------
 // q (rows, cols) and/or qt (cols, rows) (either may be null) = the fp8 quantization of
 // x with the power-of-two scale of its amax (backend/fp8.h); *inv_scale = 1 / scale.
-// amax_scratch: one device word the launcher zeroes and the kernels use.
+// amax_scratch: one device word the launcher zeroes and the kernels use; null: the
+// scale is 1 / *inv_scale as given (an earlier quantization's), and x is read once.
 template <class T>
 void fp8_quantize(uint8_t* q, uint8_t* qt, float* inv_scale, const T* x, int rows, int cols, Fp8Format format,
                   unsigned* amax_scratch, cudaStream_t stream);

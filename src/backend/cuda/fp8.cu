@@ -44,8 +44,9 @@ __global__ void __launch_bounds__(kThreads)
     cast_kernel(uint8_t* q, uint8_t* qt, float* inv_scale, const T* x, int rows, int cols, const unsigned* amax_bits,
                 float max_finite, __nv_fp8_interpretation_t fmt) {
   __shared__ uint8_t tile[kTile][kTile + 4];
-  const float s = fp8_scale(__uint_as_float(*amax_bits), max_finite);
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv_scale = 1.0f / s;
+  // A given scale (amax_bits null) is a power of two: 1 / (1 / s) is s exactly.
+  const float s = amax_bits ? fp8_scale(__uint_as_float(*amax_bits), max_finite) : 1.0f / *inv_scale;
+  if (amax_bits && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv_scale = 1.0f / s;
   const int r0 = blockIdx.y * kTile, c0 = blockIdx.x * kTile;
   for (int i = threadIdx.x; i < kTile * (kTile / 8); i += kThreads) {
     const int lr = i / (kTile / 8), lc = (i % (kTile / 8)) * 8, r = r0 + lr, c = c0 + lc;
@@ -94,10 +95,12 @@ template <class T>
 void fp8_quantize(uint8_t* q, uint8_t* qt, float* inv_scale, const T* x, int rows, int cols, Fp8Format format,
                   unsigned* amax_scratch, cudaStream_t stream) {
   const size_t n = size_t(rows) * cols;
-  ST_CUDA(cudaMemsetAsync(amax_scratch, 0, sizeof(unsigned), stream));
-  const unsigned blocks = unsigned(std::min<size_t>((n + kThreads * 8 - 1) / (kThreads * 8), 1024));
-  amax_kernel<<<blocks, kThreads, 0, stream>>>(amax_scratch, x, n);
-  ST_CUDA_LAUNCHED("fp8 amax_kernel");
+  if (amax_scratch) {
+    ST_CUDA(cudaMemsetAsync(amax_scratch, 0, sizeof(unsigned), stream));
+    const unsigned blocks = unsigned(std::min<size_t>((n + kThreads * 8 - 1) / (kThreads * 8), 1024));
+    amax_kernel<<<blocks, kThreads, 0, stream>>>(amax_scratch, x, n);
+    ST_CUDA_LAUNCHED("fp8 amax_kernel");
+  }
   const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
   ST_CHECK(grid.y <= 65535, "fp8_quantize: ", rows, " rows is too many for one launch");
   const auto fmt = format == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2;

@@ -116,6 +116,15 @@ TEST_F(CpuFp8, QuantizeWritesTheScaledRoundedValuesAndTheirTranspose) {
       }
     // The amax scaled: within a factor of two below the format's largest value.
     EXPECT_EQ(fp8_decode(qb[11], f), -12.0f * s);
+    // The scale reused: the same bytes, inv_scale only read; a different given scale
+    // (twice as large) gives other codes.
+    Tensor q2 = make(fdtype(f), x.size());
+    be->fp8_quantize(q2, Tensor{}, inv, tx, rows, cols, true);
+    EXPECT_EQ(std::memcmp(q2.as<uint8_t>(), qb, x.size()), 0) << fname(f);
+    inv.as<float>()[0] = 0.5f / s;
+    be->fp8_quantize(q2, Tensor{}, inv, tx, rows, cols, true);
+    EXPECT_EQ(get(inv)[0], 0.5 / s);
+    EXPECT_EQ(q2.as<uint8_t>()[0], fp8_encode(float(x[0]) * 2 * s, f));
     // The transpose alone, and an all-zero tensor: scale 1, zero codes.
     Tensor z = make(DType::F32, x.size()), qt2 = make(fdtype(f), x.size());
     be->fp8_quantize(Tensor{}, qt2, inv, z, rows, cols);
@@ -200,10 +209,13 @@ TEST_F(CudaFp8, QuantizeMatchesTheEmulationBitForBit) {
         EXPECT_EQ(std::memcmp(q.data(), cq.as<uint8_t>(), n), 0) << what << " q";
         EXPECT_EQ(std::memcmp(qt.data(), cqt.as<uint8_t>(), n), 0) << what << " qt";
         EXPECT_EQ(get(gi)[0], cget(ci)[0]) << what << " inv_scale";
-        // One layout alone writes the same bytes.
-        Tensor gq2 = make(gpu(), fdtype(f), n);
+        // One layout alone writes the same bytes, with its scale reused too.
+        Tensor gq2 = make(gpu(), fdtype(f), n), gq3 = make(gpu(), fdtype(f), n);
         gpu().fp8_quantize(Tensor{}, gq2, gi, gx, sh.rows, sh.cols);
         EXPECT_EQ(raw(gq2), qt) << what << " qt alone";
+        gpu().fp8_quantize(gq3, Tensor{}, gi, gx, sh.rows, sh.cols, true);
+        EXPECT_EQ(raw(gq3), q) << what << " q with the scale reused";
+        EXPECT_EQ(get(gi)[0], cget(ci)[0]) << what << " inv_scale (reused, unchanged)";
       }
   }
 }
