@@ -16,7 +16,7 @@ namespace {
 
 // The published Qwen2.5 base-model dimensions (config.json of each Hugging Face repo).
 ModelConfig qwen25(const char* name, int C, int F, int L, int H, int KV, int V, bool tied,
-                   int max_pos = 32768) {
+                   int max_pos = 32768, double eps = 1e-6) {
   ModelConfig c;
   c.source = name;
   c.vocab_size = V;
@@ -26,7 +26,7 @@ ModelConfig qwen25(const char* name, int C, int F, int L, int H, int KV, int V, 
   c.num_heads = H;
   c.num_kv_heads = KV;
   c.max_position_embeddings = max_pos;
-  c.rms_norm_eps = 1e-6;
+  c.rms_norm_eps = eps;
   c.rope_theta = 1e6;
   c.tie_word_embeddings = tied;
   return c;
@@ -51,6 +51,7 @@ std::vector<ModelConfig> presets() {
       qwen25("qwen2.5-1.5b", 1536, 8960, 28, 12, 2, 151936, true),
       qwen25("qwen2.5-3b", 2048, 11008, 36, 16, 2, 151936, true),
       qwen25("qwen2.5-7b", 3584, 18944, 28, 28, 4, 152064, false, 131072),
+      qwen25("qwen2.5-14b", 5120, 13824, 48, 40, 8, 152064, false, 131072, 1e-5),
   };
 }
 

@@ -34,7 +34,8 @@ struct ModelOptions {
   int layers = 0, hidden_size = 0, intermediate_size = 0, heads = 0, kv_heads = 0, vocab_size = 0;
 };
 
-// Names of the built-in presets: tiny, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b.
+// Names of the built-in presets: tiny, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b,
+// qwen2.5-14b (the published config.json dimensions).
 std::vector<std::string> model_preset_names();
 // Throws st::Error listing the known names when `name` is unknown.
 ModelConfig model_preset(const std::string& name);

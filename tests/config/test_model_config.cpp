@@ -56,12 +56,13 @@ nlohmann::json qwen25_1p5b_json() {
 
 TEST(ModelPreset, NamesAndDimensions) {
   EXPECT_EQ(model_preset_names(),
-            (std::vector<std::string>{"tiny", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b"}));
+            (std::vector<std::string>{"tiny", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b",
+                                      "qwen2.5-14b"}));
   for (const std::string& n : model_preset_names()) {
     const ModelConfig c = model_preset(n);
     EXPECT_EQ(c.source, n);
     EXPECT_NO_THROW(validate_model_config(c)) << n;
-    EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+    EXPECT_DOUBLE_EQ(c.rms_norm_eps, n == "qwen2.5-14b" ? 1e-5 : 1e-6) << n;
   }
   const ModelConfig q = model_preset("qwen2.5-1.5b");
   EXPECT_EQ(q.hidden_size, 1536);
@@ -79,6 +80,20 @@ TEST(ModelPreset, NamesAndDimensions) {
   EXPECT_EQ(big.max_position_embeddings, 131072);
   EXPECT_FALSE(big.tie_word_embeddings);
 
+  // Qwen2.5-14B's config.json: hidden 5120, intermediate 13824, 48 layers, 40 heads,
+  // 8 kv heads, vocab 152064, untied, 131072 positions, rms_norm_eps 1e-5, theta 1e6.
+  const ModelConfig q14 = model_preset("qwen2.5-14b");
+  EXPECT_EQ(q14.hidden_size, 5120);
+  EXPECT_EQ(q14.intermediate_size, 13824);
+  EXPECT_EQ(q14.num_layers, 48);
+  EXPECT_EQ(q14.num_heads, 40);
+  EXPECT_EQ(q14.num_kv_heads, 8);
+  EXPECT_EQ(q14.head_dim(), 128);
+  EXPECT_EQ(q14.vocab_size, 152064);
+  EXPECT_EQ(q14.max_position_embeddings, 131072);
+  EXPECT_DOUBLE_EQ(q14.rope_theta, 1e6);
+  EXPECT_FALSE(q14.tie_word_embeddings);
+
   const ModelConfig tiny = model_preset("tiny");
   EXPECT_EQ(tiny.vocab_size, 256);
   EXPECT_EQ(tiny.max_position_embeddings, 1024);
@@ -90,6 +105,7 @@ TEST(ModelPreset, NumParamsMatchesPublishedCounts) {
   EXPECT_EQ(model_preset("qwen2.5-1.5b").num_params(), 1'543'714'304LL);
   EXPECT_EQ(model_preset("qwen2.5-3b").num_params(), 3'085'938'688LL);
   EXPECT_EQ(model_preset("qwen2.5-7b").num_params(), 7'615'616'512LL);
+  EXPECT_EQ(model_preset("qwen2.5-14b").num_params(), 14'770'033'664LL);
   // tiny by hand: embed 256*128; per layer q 128*128+128, k,v 2*(128*64+64), o 128*128,
   // mlp 3*128*384, norms 2*128; final norm 128.
   const long long layer = (128 * 128 + 128) + 2 * (128 * 64 + 64) + 128 * 128 + 3 * 128 * 384 + 2 * 128;
