@@ -299,6 +299,29 @@ RunConfig read_run_config(const std::string& path, std::string* model_note) {
   return cfg;
 }
 
+std::vector<ConfigChange> run_config_changes(const std::string& saved, const std::string& source,
+                                             const RunConfig& now) {
+  RunConfig before;
+  Schema was(run_config_keys(before), ErrorKind::Data);
+  toml::table root;
+  try {
+    root = toml::parse(saved, source);
+  } catch (const toml::parse_error& e) {
+    fail_data(source, ":", e.source().begin.line, ":", e.source().begin.column, ": TOML syntax error: ",
+              e.description());
+  }
+  was.read_toml(root, source, /*skip_unknown=*/true);
+  RunConfig copy = now;
+  const Schema is(run_config_keys(copy));
+  std::vector<ConfigChange> out;
+  for (const Key& k : was.keys()) {
+    if (!was.was_set(k.name)) continue;
+    std::string a = was.value_text(k, true), b = is.value_text(*is.find(k.name), true);
+    if (a != b) out.push_back({k.name, std::move(a), std::move(b)});
+  }
+  return out;
+}
+
 std::string run_config_toml(const RunConfig& cfg) {
   RunConfig copy = cfg;
   const Schema schema(run_config_keys(copy));
