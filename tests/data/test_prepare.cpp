@@ -117,6 +117,26 @@ TEST(Prepare, BadJsonlLeavesNoOutput) {
   EXPECT_FALSE(fs::exists(dir / "out"));
 }
 
+// What f() writes to stdout and stderr; an exception from it fails the test (after the
+// capture ends, so that the next test can capture too).
+struct Output {
+  std::string out, err;
+};
+template <class F>
+Output output_of(F&& f) {
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  try {
+    f();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw: " << e.what();
+  }
+  Output o;
+  o.out = ::testing::internal::GetCapturedStdout();
+  o.err = ::testing::internal::GetCapturedStderr();
+  return o;
+}
+
 // --skip-bad-lines: every kind of line prepare refuses (invalid JSON, invalid UTF-8, not
 // an object, no field, a field that is not a string) is left out, counted per input and
 // in index.json, and reported by kind with the first one named; without it the first
@@ -131,9 +151,8 @@ TEST(Prepare, SkipBadLinesCountsAndReportsWhatItLeftOut) {
   o.format = "jsonl";
   expect_error([&] { prepare_token_shards(o); }, {"a.jsonl:2", "invalid JSON", "--skip-bad-lines"});
   o.skip_bad_lines = true;
-  ::testing::internal::CaptureStderr();
-  const TokenIndex x = prepare_token_shards(o);
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  TokenIndex x;
+  const std::string err = output_of([&] { x = prepare_token_shards(o); }).err;
   EXPECT_EQ(x.documents, 3u);
   EXPECT_EQ(x.skipped_lines, 6u);
   const TokenDataset d = TokenDataset::open((dir / "out").string());
@@ -162,16 +181,12 @@ TEST(Prepare, AJsonlFileUnderTheTextFormatWarns) {
   write_file(dir / "in" / "a.jsonl", "{\"text\": \"hi\"}\n{\"text\": \"yo\"}\n");
   write_file(dir / "in" / "b.txt", "plain");
   PrepareOptions o = byte_options(dir / "out", {(dir / "in").string()});
-  ::testing::internal::CaptureStderr();
-  prepare_token_shards(o);
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const std::string err = output_of([&] { prepare_token_shards(o); }).err;
   EXPECT_NE(err.find("a.jsonl"), std::string::npos) << err;
   EXPECT_NE(err.find("--format jsonl"), std::string::npos) << err;
   // Under the jsonl format, or with text files only, nothing is said.
   o = byte_options(dir / "out2", {(dir / "in" / "b.txt").string()});
-  ::testing::internal::CaptureStderr();
-  prepare_token_shards(o);
-  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(output_of([&] { prepare_token_shards(o); }).err, "");
 }
 
 // The stage directory a killed prepare (kill -9) left beside --out is named and removed by
@@ -188,11 +203,7 @@ TEST(Prepare, StaleStagesOfAKilledPrepareAreRemovedLiveOnesLeft) {
   const fs::path other = dir / "other.tmp-1";  // another output's: not ours to touch
   for (const fs::path& p : {dead, live, other}) write_file(p / "shard-00000.bin", "partial");
   PrepareOptions o = byte_options(dir / "out", {(dir / "in.txt").string()});
-  ::testing::internal::CaptureStdout();
-  ::testing::internal::CaptureStderr();
-  prepare_token_shards(o);
-  const std::string out = ::testing::internal::GetCapturedStdout();
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const auto [out, err] = output_of([&] { prepare_token_shards(o); });
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_NE(out.find("removed '" + dead.string() + "'"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(live / "shard-00000.bin"));
