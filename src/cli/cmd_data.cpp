@@ -84,9 +84,12 @@ int run_prepare(PrepareOptions o, const std::string& tokenizer_dir) {
   });
   bar.clear();
   const double mbs = last.seconds > 0 ? last.bytes_done / 1e6 / last.seconds : 0;
-  std::printf("prepared %s: %llu documents from %zu files, %llu tokens in %zu shard%s (%s of text in %.2fs, "
+  const std::string skipped =
+      x.skipped_lines ? ", " + std::to_string(x.skipped_lines) + " bad line" + (x.skipped_lines == 1 ? "" : "s") + " left out"
+                      : "";
+  std::printf("prepared %s: %llu documents from %zu files%s, %llu tokens in %zu shard%s (%s of text in %.2fs, "
               "%.2f MB/s, %s tokens/s, %d thread%s)\n",
-              o.out.c_str(), static_cast<unsigned long long>(x.documents), x.inputs.size(),
+              o.out.c_str(), static_cast<unsigned long long>(x.documents), x.inputs.size(), skipped.c_str(),
               static_cast<unsigned long long>(x.tokens), x.shards.size(), x.shards.size() == 1 ? "" : "s",
               human_bytes(static_cast<double>(last.bytes_done)).c_str(), last.seconds, mbs,
               human_count(last.seconds > 0 ? x.tokens / last.seconds : 0).c_str(), o.threads, o.threads == 1 ? "" : "s");
@@ -207,6 +210,9 @@ Command add_data_command(CLI::App& root) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   prep->add_flag("--force", p->force, "replace a non-empty --out whole");
+  prep->add_flag("--skip-bad-lines", p->skip_bad_lines,
+                 "jsonl: leave out lines that are not a JSON object with a string --text-field (invalid JSON or "
+                 "UTF-8 included), counted in index.json and reported, instead of stopping at the first");
 
   auto in = std::make_shared<InspectOptions>();
   CLI::App* insp = app->add_subcommand(

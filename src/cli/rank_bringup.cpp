@@ -25,6 +25,7 @@ RankContext bring_up_rank(const DistEnv& env, const std::string& device, const D
   where.launched = env.launched;
   where.job_id = env.job_id;
   where.secret = env.job_secret;
+  where.bind = dist.bind;
   where.ranks_per_node = env.local_world;
   // NCCL reads its variables once, at its first call (inside init_process_groups).
   FabricEnvPlan plan;

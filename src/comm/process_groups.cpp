@@ -59,7 +59,8 @@ static ProcessGroups init_uncounted_groups(const Rendezvous& where, Backend& bac
 
   const int rank = where.rank;
   auto store =
-      std::make_shared<TcpStore>(where.master_addr, where.master_port, rank, W, timeout_s, where.job_id, where.secret);
+      std::make_shared<TcpStore>(where.master_addr, where.master_port, rank, W, timeout_s, where.job_id, where.secret,
+                                 StoreBind{where.bind, where.ranks_per_node < W});
   if (rank == 0 && where.secret.empty())
     log_warn("rendezvous: no job secret (SHARDTRAIN_JOB_SECRET): any process that reaches port " +
              std::to_string(where.master_port) + " and knows the job id can join this job or read its keys " +

@@ -32,6 +32,8 @@ struct Rendezvous {
   // The job's secret (DistEnv::job_secret): ranks prove they hold it when joining
   // (comm/tcp_store.h). Empty: any process that knows the job id may join.
   std::string secret;
+  // dist.bind: where rank 0's store listens; "" = master_addr (comm/store_listen.h).
+  std::string bind;
   // Ranks per node (the launch contract's local world size): which collectives cross
   // between nodes in the byte counts (comm/comm_stats.h).
   int ranks_per_node = 1;

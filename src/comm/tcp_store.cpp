@@ -39,7 +39,9 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include "comm/store_listen.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace st {
 namespace {
@@ -207,11 +209,11 @@ std::string hello_mac(const std::string& secret, const std::string& nonce, int64
 
 class TcpStoreServer {
  public:
-  TcpStoreServer(int port, int world, std::string job_id, std::string secret)
-      : world_(world), job_id_(std::move(job_id)), secret_(std::move(secret)) {
-    listen_fd_ = listen_on(port);
+  // Listens on `listen_fds` (store_listen.h), which it closes.
+  TcpStoreServer(std::vector<int> listen_fds, int world, std::string job_id, std::string secret)
+      : world_(world), job_id_(std::move(job_id)), secret_(std::move(secret)), listen_fds_(std::move(listen_fds)) {
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      ::close(listen_fd_);
+      for (int fd : listen_fds_) ::close(fd);
       fail_dist("rank 0: cannot create the rendezvous server's wake-up pipe: ", errno_text(errno));
     }
     thread_ = std::thread([this] { run(); });
@@ -223,9 +225,16 @@ class TcpStoreServer {
     [[maybe_unused]] ssize_t n = ::write(wake_[1], &c, 1);
     thread_.join();
     for (auto& [fd, client] : clients_) ::close(fd);
-    ::close(listen_fd_);
+    for (int fd : listen_fds_) ::close(fd);
     ::close(wake_[0]);
     ::close(wake_[1]);
+  }
+
+  // "127.0.0.1:29500", ...: where it listens.
+  std::vector<std::string> listening() const {
+    std::vector<std::string> out;
+    for (int fd : listen_fds_) out.push_back(bound_address(fd));
+    return out;
   }
 
   // Blocks until no client is connected or grace_s has passed.
@@ -248,48 +257,11 @@ class TcpStoreServer {
     Clock::time_point deadline;
   };
 
-  // Dual-stack IPv6 when the host has it (IPv4 clients arrive as mapped addresses),
-  // plain IPv4 otherwise. SO_REUSEADDR lets a restarted job reuse the port while
-  // old connections sit in TIME_WAIT; a live listener still makes bind fail.
-  static int listen_on(int port) {
-    for (int family : {AF_INET6, AF_INET}) {
-      const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-      if (fd < 0) continue;
-      const int one = 1, zero = 0;
-      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      sockaddr_storage ss{};
-      socklen_t len;
-      if (family == AF_INET6) {
-        ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-        a->sin6_family = AF_INET6;
-        a->sin6_addr = in6addr_any;
-        a->sin6_port = htons(static_cast<uint16_t>(port));
-        len = sizeof(sockaddr_in6);
-      } else {
-        auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-        a->sin_family = AF_INET;
-        a->sin_addr.s_addr = htonl(INADDR_ANY);
-        a->sin_port = htons(static_cast<uint16_t>(port));
-        len = sizeof(sockaddr_in);
-      }
-      if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0 && ::listen(fd, 1024) == 0) return fd;
-      const int e = errno;
-      ::close(fd);
-      if (e == EADDRINUSE)
-        fail_dist("rank 0: cannot serve the rendezvous store on port ", port,
-             ": address already in use (another job, or a previous run of this one, holds it): "
-             "pick another MASTER_PORT");
-      if (family == AF_INET)
-        fail_dist("rank 0: cannot serve the rendezvous store on port ", port, ": ", errno_text(e));
-    }
-    fail_dist("rank 0: cannot create a socket for the rendezvous store: ", errno_text(errno));
-  }
-
   void run() {
     std::vector<pollfd> fds;
     while (!stop_) {
-      fds.assign({{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}});
+      fds.assign({{wake_[0], POLLIN, 0}});
+      for (int fd : listen_fds_) fds.push_back({fd, POLLIN, 0});
       for (const auto& [fd, client] : clients_) fds.push_back({fd, POLLIN, 0});
       int timeout_ms = -1;
       auto until = [&](Clock::time_point t) {
@@ -305,16 +277,18 @@ class TcpStoreServer {
         while (::read(wake_[0], buf, sizeof buf) > 0) {
         }
       }
-      if (fds[1].revents & POLLIN) accept_all();
-      for (size_t i = 2; i < fds.size(); ++i)
+      const size_t first_client = 1 + listen_fds_.size();
+      for (size_t i = 1; i < first_client; ++i)
+        if (fds[i].revents & POLLIN) accept_all(fds[i].fd);
+      for (size_t i = first_client; i < fds.size(); ++i)
         if (fds[i].revents) on_readable(fds[i].fd);
       expire();
     }
   }
 
-  void accept_all() {
+  void accept_all(int listen_fd) {
     while (true) {
-      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         // Out of descriptors: back off instead of spinning on a readable listener.
         if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -529,7 +503,7 @@ class TcpStoreServer {
 
   int world_;
   std::string job_id_, secret_;
-  int listen_fd_ = -1;
+  std::vector<int> listen_fds_;
   int wake_[2] = {-1, -1};
   std::thread thread_;
   std::atomic<bool> stop_{false};
@@ -630,7 +604,7 @@ std::string new_job_secret() {
 }
 
 TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s, const std::string& job_id,
-                   const std::string& secret)
+                   const std::string& secret, const StoreBind& bind)
     : address_((addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + std::to_string(port)),
       rank_(rank),
       world_(world),
@@ -642,7 +616,12 @@ TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, doubl
   ST_CHECK_CONFIG(secret.empty() || secret.size() >= kMinJobSecretBytes, "SHARDTRAIN_JOB_SECRET is ",
                   secret.size(), " bytes; a job secret needs at least ", kMinJobSecretBytes,
                   " (e.g. 64 hex digits: head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')");
-  if (rank == 0) server_ = std::make_unique<TcpStoreServer>(port, world, job_id, secret);
+  if (rank == 0) {
+    std::string warning;
+    std::vector<int> fds = open_store_listeners(bind, addr, port, timeout_s, warning);
+    if (!warning.empty()) log_warn(warning);
+    server_ = std::make_unique<TcpStoreServer>(std::move(fds), world, job_id, secret);
+  }
 
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
@@ -684,6 +663,10 @@ TcpStore::TcpStore(const std::string& addr, int port, int rank, int world, doubl
     ::close(fd_);
     throw;
   }
+}
+
+std::vector<std::string> TcpStore::listening() const {
+  return server_ ? server_->listening() : std::vector<std::string>{};
 }
 
 TcpStore::~TcpStore() {

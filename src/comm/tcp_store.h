@@ -28,6 +28,8 @@
 
 #include <gloo/rendezvous/store.h>
 
+#include "comm/store_listen.h"
+
 namespace st {
 
 class TcpStoreServer;  // tcp_store.cpp
@@ -39,8 +41,8 @@ constexpr size_t kMinJobSecretBytes = 16;
 
 class TcpStore final : public gloo::rendezvous::Store {
  public:
-  // As `rank` of `world`: when rank == 0, first serve the store on `port` (every
-  // interface); then connect to addr:port, retrying while the server is not up yet
+  // As `rank` of `world`: when rank == 0, first serve the store on `port` at `addr`
+  // (or where `bind` says: comm/store_listen.h); then connect to addr:port, retrying while the server is not up yet
   // (connection refused, name not resolvable yet) until timeout_s. Joining
   // registers this rank, so timeouts can list the ranks that never joined.
   // `job_id` (SHARDTRAIN_JOB_ID, set by `shardtrain launch`) identifies the job: a rank
@@ -50,7 +52,7 @@ class TcpStore final : public gloo::rendezvous::Store {
   // rank 0 lets any hello with the right job id in (docs/operations.md, "Rendezvous
   // security").
   TcpStore(const std::string& addr, int port, int rank, int world, double timeout_s, const std::string& job_id = "",
-           const std::string& secret = "");
+           const std::string& secret = "", const StoreBind& bind = {});
   // Disconnects; rank 0 then keeps serving until the other ranks have disconnected
   // (or a grace period ran out) so that nobody loses the server mid-request.
   ~TcpStore() override;
@@ -81,6 +83,8 @@ class TcpStore final : public gloo::rendezvous::Store {
   // This host's IP address on the route to the server: the address peers on other
   // hosts can reach this process at (used for Gloo's listening sockets).
   const std::string& local_ip() const { return local_ip_; }
+  // Rank 0: the addresses its store listens on ("127.0.0.1:29500"); empty elsewhere.
+  std::vector<std::string> listening() const;
 
  private:
   struct Reply;

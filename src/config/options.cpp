@@ -38,6 +38,11 @@ const std::vector<std::string>& progress_modes() {
   return v;
 }
 
+const std::vector<std::string>& resume_configs() {
+  static const std::vector<std::string> v = {"refuse", "override"};
+  return v;
+}
+
 const std::vector<std::string>& export_dtypes() {
   static const std::vector<std::string> v = {"bf16", "f32"};
   return v;

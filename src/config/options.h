@@ -55,6 +55,7 @@ struct DistOptions {
   double timeout_s = 300;             // limit on every collective and rendezvous wait
   std::string reduce_dtype = "fp32";  // one of reduce_dtypes(): gradients on the wire (reduce-scatter, replica all-reduce)
   bool overlap = true;                // CPU (Gloo): prefetched gathers and reduce-scatters on a comm thread
+  std::string bind;                   // where rank 0's rendezvous store listens; "" = MASTER_ADDR
 };
 
 // [fabric]: which network NCCL must use, and what it logs (fabric/profile.h).
@@ -74,6 +75,7 @@ struct RunOptions {                // [run]
   std::string checkpoint_dir;      // "" = <out_dir>/checkpoints
   int keep_last = 2;               // complete checkpoints kept (0 = all)
   std::string resume = "auto";     // auto (the newest checkpoint, else a fresh start) | none | a step-N directory
+  std::string resume_config = "refuse";  // one of resume_configs(): a resume under other settings is refused | warned
   double term_grace_s = 30;        // after SIGTERM/SIGINT, the save must be done within this (then exit anyway)
   bool profile = false;            // time each op over a window of steps and print the table
   int profile_warmup = 3;          // steps before the profile window
@@ -91,5 +93,6 @@ const std::vector<std::string>& fabric_expect_transports();  // fabric.expect_tr
 const std::vector<std::string>& progress_modes();            // run.progress: auto (a bar only on a terminal), on, off
 const std::vector<std::string>& export_dtypes();             // run.export_dtype: bf16, f32
 const std::vector<std::string>& reduce_dtypes();             // dist.reduce_dtype: fp32, bf16
+const std::vector<std::string>& resume_configs();            // run.resume_config: refuse, override
 
 }  // namespace st

@@ -94,6 +94,11 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "communication thread beside the compute; false runs each inside its call (nothing overlaps; the same "
        "results bit for bit). On CUDA, NCCL's streams always overlap"},
 
+      {"dist.bind", &c.dist.bind,
+       "address rank 0's rendezvous store listens on: empty = the address the job names (MASTER_ADDR), so a "
+       "job on 127.0.0.1 is not reachable from the network; 0.0.0.0 (or ::, *) = every interface; or a host "
+       "name or address of rank 0's host"},
+
       {"fabric.transport", &c.fabric.transport,
        "network NCCL must use between nodes: efa (AWS OFI plugin on EFA), ib, socket, or auto (NCCL's "
        "choice); forced ones make NCCL fail instead of falling back to sockets. Variables already in the "
@@ -123,6 +128,13 @@ std::vector<Key> run_config_keys(RunConfig& c) {
       {"run.resume", &c.run.resume,
        "auto: continue from the newest complete checkpoint in run.checkpoint_dir if there is one; none: start "
        "afresh; or a step-N checkpoint directory (at any world size)"},
+      {"run.resume_config", &c.run.resume_config,
+       "a resume whose settings differ from the checkpoint's (the run config its manifest records) in a key "
+       "that changes what is trained (model, data, optimizer, batch, seed, reduce dtype): refuse names every "
+       "such key, old -> new, and stops (exit 2); override continues under the new settings with a warning naming "
+       "them. Keys such as train.steps, logging, progress, profiling, checkpointing and paths of outputs may "
+       "always change (docs/operations.md)",
+       {}, resume_configs()},
       {"run.term_grace_s", &c.run.term_grace_s,
        "seconds a stop by SIGTERM/SIGINT may take to save its checkpoint (the pod's terminationGracePeriodSeconds "
        "should be larger); past it the run exits without the save, the last complete checkpoint stays",
@@ -291,6 +303,29 @@ RunConfig read_run_config(const std::string& path, std::string* model_note) {
     cfg.model = ModelConfig{};
   }
   return cfg;
+}
+
+std::vector<ConfigChange> run_config_changes(const std::string& saved, const std::string& source,
+                                             const RunConfig& now) {
+  RunConfig before;
+  Schema was(run_config_keys(before), ErrorKind::Data);
+  toml::table root;
+  try {
+    root = toml::parse(saved, source);
+  } catch (const toml::parse_error& e) {
+    fail_data(source, ":", e.source().begin.line, ":", e.source().begin.column, ": TOML syntax error: ",
+              e.description());
+  }
+  was.read_toml(root, source, /*skip_unknown=*/true);
+  RunConfig copy = now;
+  const Schema is(run_config_keys(copy));
+  std::vector<ConfigChange> out;
+  for (const Key& k : was.keys()) {
+    if (!was.was_set(k.name)) continue;
+    std::string a = was.value_text(k, true), b = is.value_text(*is.find(k.name), true);
+    if (a != b) out.push_back({k.name, std::move(a), std::move(b)});
+  }
+  return out;
 }
 
 std::string run_config_toml(const RunConfig& cfg) {

@@ -58,4 +58,18 @@ std::string run_config_toml(const RunConfig& cfg);
 // empty and `*model_note` says why.
 RunConfig read_run_config(const std::string& path, std::string* model_note);
 
+// A key whose value differs between two configurations, with each value as TOML
+// writes it ("4", "\"runs/a\"", "[\"a.txt\"]").
+struct ConfigChange {
+  std::string key, before, after;
+};
+
+// The keys of `saved` (the TOML text of a configuration a run wrote, as a checkpoint's
+// manifest records it; `source` names it in errors) whose values differ from `now`'s,
+// in schema order. Only keys the text holds are compared: one written by another
+// version may lack a key, or hold one this version does not know (passed over). A
+// value of the wrong type is a data error (exit 3) naming `source` and the key.
+std::vector<ConfigChange> run_config_changes(const std::string& saved, const std::string& source,
+                                             const RunConfig& now);
+
 }  // namespace st

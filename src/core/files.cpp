@@ -1,8 +1,10 @@
 #include "core/files.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -108,6 +110,34 @@ bool path_within(const std::string& path, const std::string& dir) {
     ++c;
   }
   return true;
+}
+
+void clean_stale_stages(const std::string& dir, std::vector<std::string>& removed, std::vector<std::string>& live) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path final_dir = fs::absolute(dir, ec).lexically_normal();
+  const fs::path parent = final_dir.parent_path();
+  const std::string prefix = final_dir.filename().string() + ".tmp-";
+  std::vector<fs::path> found;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    found.push_back(e.path());
+  }
+  std::sort(found.begin(), found.end());
+  for (const fs::path& p : found) {
+    const long pid = std::stol(p.filename().string().substr(prefix.size()));
+    if (pid == ::getpid() || !fs::is_directory(fs::symlink_status(p, ec))) continue;
+    // Alive: kill(pid, 0) succeeds, or fails only for want of permission.
+    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) {
+      live.push_back(p.string());
+      continue;
+    }
+    fs::remove_all(p, ec);
+    if (!ec) removed.push_back(p.string());
+  }
 }
 
 }  // namespace st

@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace st {
 
@@ -20,6 +21,13 @@ void fsync_path(const std::string& path, bool directory);
 // one is moved aside and deleted. Errors start with `what` ("export: ...").
 void replace_directory(const std::string& dir, const std::string& what,
                        const std::function<void(const std::string& stage)>& write);
+
+// The stage directories (<dir>.tmp-<pid>) that a replace_directory of `dir` killed
+// half way (kill -9) left beside it, other than this process's own: those whose process
+// no longer runs on this host are removed and listed in `removed`; those of a process
+// that still runs are left, and listed in `live`. (A pid is this host's: a stage that
+// another host's process writes on a shared file system looks dead here.)
+void clean_stale_stages(const std::string& dir, std::vector<std::string>& removed, std::vector<std::string>& live);
 
 // Whether `path` is `dir` or lies below it, component by component (a trailing
 // separator of `dir` ignored). Nothing is resolved: give both canonical.

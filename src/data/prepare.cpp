@@ -13,6 +13,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/files.h"
+#include "core/strings.h"
 
 namespace st {
 namespace fs = std::filesystem;
@@ -122,6 +124,13 @@ void check_signal() {
     throw Interrupted("data prepare: stopped by signal " + std::to_string(sig) + "; no output was written", sig);
 }
 
+// A JSONL line that --skip-bad-lines may leave out: the message, and the kind of fault
+// it is counted under.
+struct BadLine : std::runtime_error {
+  std::string reason;
+  BadLine(std::string why, const std::string& message) : std::runtime_error(message), reason(std::move(why)) {}
+};
+
 struct Document {
   size_t input = 0;
   uint64_t line = 0;  // jsonl: 1-based line; text: 0
@@ -129,28 +138,51 @@ struct Document {
   std::string text;  // text: the file; jsonl: the raw line, parsed by a tokenizer thread
   std::vector<int32_t> ids;
   std::string error;  // the whole message, when the document failed
+  std::string bad;    // a line --skip-bad-lines may leave out: the kind of fault (BadLine)
 };
 
 std::string where(const std::vector<std::string>& files, const Document& d) {
   return d.line ? files[d.input] + ":" + std::to_string(d.line) : files[d.input];
 }
 
-// The text of a JSONL line's field; errors name file:line.
+// The text of a JSONL line's field; errors (BadLine) name file:line.
 std::string field_of(const std::string& line, const std::string& f, uint64_t n, const std::string& field) {
+  const std::string at = f + ":" + std::to_string(n) + ": ";
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
   } catch (const nlohmann::json::parse_error& e) {
     std::string msg = e.what();
     if (const auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
-    fail(f, ":", n, ": invalid JSON line: ", msg);
+    throw BadLine(msg.find("UTF-8") != std::string::npos ? "invalid UTF-8" : "invalid JSON",
+                  at + "invalid JSON line: " + msg);
   }
-  if (!j.is_object()) fail(f, ":", n, ": the line is not a JSON object");
+  if (!j.is_object()) throw BadLine("not a JSON object", at + "the line is not a JSON object");
   const auto it = j.find(field);
-  if (it == j.end()) fail(f, ":", n, ": no field \"", field, "\" (--text-field names the document's text)");
-  if (!it->is_string()) fail(f, ":", n, ": field \"", field, "\" is ", it->type_name(), ", not a string");
+  if (it == j.end())
+    throw BadLine("no field \"" + field + "\"",
+                  at + "no field \"" + field + "\" (--text-field names the document's text)");
+  if (!it->is_string())
+    throw BadLine("field \"" + field + "\" not a string",
+                  at + "field \"" + field + "\" is " + it->type_name() + ", not a string");
   return it->get<std::string>();
 }
+
+// What --skip-bad-lines left out: a count per kind of fault, and the first one's message.
+struct Skips {
+  std::map<std::string, uint64_t> by_reason;
+  std::string first;
+  void add(const Document& d) {
+    ++by_reason[d.bad];
+    if (first.empty()) first = d.error;
+  }
+  std::string summary(uint64_t total) const {
+    std::vector<std::string> parts;
+    for (const auto& [reason, n] : by_reason) parts.push_back(std::to_string(n) + " " + reason);
+    return "data prepare: --skip-bad-lines left out " + std::to_string(total) + " line" + (total == 1 ? "" : "s") +
+           " (" + join(parts, ", ") + "; counted in index.json); the first: " + first;
+  }
+};
 
 // Documents in input order: a text file is one; a JSONL line is one (blank lines skipped).
 class DocumentReader {
@@ -294,6 +326,11 @@ class EncoderPool {
   void encode(Document& d) const {
     try {
       if (d.line) d.text = field_of(d.text, files_[d.input], d.line, o_.text_field);
+    } catch (const BadLine& e) {
+      d.error = e.what();
+      d.bad = e.reason;
+      std::string().swap(d.text);
+      return;
     } catch (const std::exception& e) {
       d.error = e.what();
       return;
@@ -353,7 +390,7 @@ class ShardSink {
 
 void write_prepared(const std::string& stage, const std::vector<std::string>& files, const PrepareOptions& o,
                     TokenIndex& index, const std::function<void(const PrepareProgress&)>& progress,
-                    PrepareProgress& prog) {
+                    PrepareProgress& prog, Skips& skips) {
   constexpr uint64_t kBatchBytes = 8ull << 20;
   constexpr size_t kBatchDocs = 8192;
   constexpr size_t kInFlight = 3;  // batches read ahead of the writer
@@ -382,7 +419,14 @@ void write_prepared(const std::string& stage, const std::vector<std::string>& fi
     uint64_t bytes = 0;
     std::vector<Document> batch = pool.take(bytes);
     for (Document& d : batch) {
-      if (!d.error.empty()) fail_data(d.error);
+      if (!d.error.empty() && !d.bad.empty() && o.skip_bad_lines) {
+        skips.add(d);
+        ++index.inputs[d.input].skipped_lines;
+        ++index.skipped_lines;
+        continue;
+      }
+      if (!d.error.empty())
+        fail_data(d.error, d.bad.empty() ? "" : " (--skip-bad-lines leaves such lines out, counted)");
       d.ids.push_back(o.eos_id);
       try {
         sink.append(d.ids.data(), d.ids.size());
@@ -402,6 +446,21 @@ void write_prepared(const std::string& stage, const std::vector<std::string>& fi
     if (progress) progress(prog);
   }
   sink.close();
+}
+
+// A .jsonl file under --format text becomes one document holding JSON syntax: say so.
+void warn_jsonl_as_text(const std::vector<std::string>& files, const std::string& format) {
+  if (format != "text") return;
+  std::vector<std::string> jsonl;
+  for (const auto& f : files) {
+    const std::string ext = fs::path(f).extension().string();
+    if (ext == ".jsonl" || ext == ".ndjson") jsonl.push_back(f);
+  }
+  if (jsonl.empty()) return;
+  log_warn("data prepare: " + std::to_string(jsonl.size()) + " input file" + (jsonl.size() == 1 ? "" : "s") +
+           " named like JSON Lines ('" + jsonl.front() + "'" + (jsonl.size() > 1 ? ", ..." : "") +
+           ") read under --format text: each file is one document, JSON syntax and all; pass --format jsonl "
+           "to take one document per line (its --text-field)");
 }
 
 }  // namespace
@@ -462,13 +521,25 @@ TokenIndex prepare_token_shards(const PrepareOptions& o, const std::function<voi
     prog.bytes_total += ec ? 0 : bytes;
   }
 
+  warn_jsonl_as_text(files, o.format);
+  // What an earlier prepare to the same --out left when it was killed (kill -9).
+  std::vector<std::string> removed, live;
+  clean_stale_stages(o.out, removed, live);
+  for (const auto& d : removed)
+    log_info("data prepare: removed '" + d + "', left by an earlier prepare to this --out that was killed");
+  for (const auto& d : live)
+    log_warn("data prepare: leaving '" + d + "': its process is still running (another prepare to this --out?)");
+
   // Everything goes into a new directory beside `out`, which then takes its place.
   SignalGuard guard;
+  Skips skips;
   replace_directory(o.out, "data prepare", [&](const std::string& stage) {
-    write_prepared(stage, files, o, index, progress, prog);
-    ST_CHECK_DATA(index.documents > 0, "data prepare: no documents in the inputs (", files.size(), " files)");
+    write_prepared(stage, files, o, index, progress, prog, skips);
+    ST_CHECK_DATA(index.documents > 0, "data prepare: no documents in the inputs (", files.size(), " files",
+                  index.skipped_lines ? ", " + std::to_string(index.skipped_lines) + " bad lines left out" : "", ")");
     write_text_atomic((fs::path(stage) / kTokenIndexName).string(), token_index_json(index));
   });
+  if (index.skipped_lines) log_warn(skips.summary(index.skipped_lines));
   return index;
 }
 

@@ -22,6 +22,9 @@ struct PrepareOptions {
   uint64_t shard_tokens = 1ull << 27; // tokens per shard file (the last holds the rest)
   int threads = 1;
   bool force = false;                 // replace a non-empty out
+  // jsonl: leave out lines that are not a JSON object with a string text field (invalid
+  // JSON or UTF-8 included), counted in index.json and reported, instead of stopping.
+  bool skip_bad_lines = false;
   // The tokenizer: encode must be safe to call from several threads at once.
   std::function<std::vector<int32_t>(std::string_view)> encode;
   std::string tokenizer, tokenizer_dir;

@@ -227,8 +227,11 @@ uint64_t TokenShard::compute_checksum() const { return XXH3_64bits(ids_, tokens_
 std::string token_index_json(const TokenIndex& x) {
   nlohmann::json shards = nlohmann::json::array(), inputs = nlohmann::json::array();
   for (const auto& s : x.shards) shards.push_back({{"file", s.file}, {"tokens", s.tokens}, {"xxh3_64", s.xxh3_64}});
-  for (const auto& i : x.inputs)
-    inputs.push_back({{"path", i.path}, {"bytes", i.bytes}, {"documents", i.documents}, {"tokens", i.tokens}});
+  for (const auto& i : x.inputs) {
+    nlohmann::json in = {{"path", i.path}, {"bytes", i.bytes}, {"documents", i.documents}, {"tokens", i.tokens}};
+    if (i.skipped_lines) in["skipped_lines"] = i.skipped_lines;
+    inputs.push_back(in);
+  }
   nlohmann::ordered_json j;
   j["format"] = "shardtrain-tokens";
   j["version"] = kTokenShardVersion;
@@ -240,6 +243,7 @@ std::string token_index_json(const TokenIndex& x) {
   j["documents"] = x.documents;
   j["tokens"] = x.tokens;
   j["shard_tokens"] = x.shard_tokens;
+  if (x.skipped_lines) j["skipped_lines"] = x.skipped_lines;
   j["shards"] = shards;
   j["inputs"] = inputs;
   return j.dump(2) + "\n";
@@ -286,12 +290,14 @@ TokenIndex read_token_index(const std::string& dir) {
     x.documents = integer_at<uint64_t>(j, "documents", path);
     x.tokens = integer_at<uint64_t>(j, "tokens", path);
     x.shard_tokens = integer_at<uint64_t>(j, "shard_tokens", path);
+    if (j.contains("skipped_lines")) x.skipped_lines = integer_at<uint64_t>(j, "skipped_lines", path);
     for (const auto& s : j.at("shards"))
       x.shards.push_back({s.at("file").get<std::string>(), integer_at<uint64_t>(s, "tokens", path),
                           s.at("xxh3_64").get<std::string>()});
     for (const auto& i : j.at("inputs"))
       x.inputs.push_back({i.at("path").get<std::string>(), integer_at<uint64_t>(i, "bytes", path),
-                          integer_at<uint64_t>(i, "documents", path), integer_at<uint64_t>(i, "tokens", path)});
+                          integer_at<uint64_t>(i, "documents", path), integer_at<uint64_t>(i, "tokens", path),
+                          i.contains("skipped_lines") ? integer_at<uint64_t>(i, "skipped_lines", path) : 0});
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

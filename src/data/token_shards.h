@@ -105,6 +105,7 @@ struct TokenIndexShard {
 struct TokenIndexInput {
   std::string path;
   uint64_t bytes = 0, documents = 0, tokens = 0;
+  uint64_t skipped_lines = 0;  // left out by --skip-bad-lines (in index.json only when > 0)
 };
 struct TokenIndex {
   std::string tokenizer;      // the tokenizer's describe()
@@ -114,6 +115,7 @@ struct TokenIndex {
   std::string input_format;   // text | jsonl
   std::string text_field;     // jsonl only
   uint64_t documents = 0, tokens = 0, shard_tokens = 0;
+  uint64_t skipped_lines = 0;  // JSONL lines left out by --skip-bad-lines (in index.json only when > 0)
   std::vector<TokenIndexShard> shards;
   std::vector<TokenIndexInput> inputs;
 };

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -17,6 +18,7 @@
 #include "train/checkpointing.h"
 #include "train/flops.h"
 #include "train/matmul_precision.h"
+#include "train/resume_config.h"
 #include "metrics/run_summary.h"
 #include "metrics/tb_events.h"
 #include "train/stop_signal.h"
@@ -624,6 +626,7 @@ int Trainer::resume() {
   } else {
     path = how;
   }
+  check_resume_settings(path);
   const double t0 = now_seconds();
   const CheckpointManifest m = load_checkpoint(path, cfg_.model, *fsdp_, comm_, shard_);
   load_s_ = now_seconds() - t0;
@@ -632,6 +635,31 @@ int Trainer::resume() {
   tokens_seen_ = static_cast<int64_t>(m.tokens_seen);
   resumed_from_ = path;
   return m.step;
+}
+
+void Trainer::check_resume_settings(const std::string& path) {
+  std::string why;
+  int code = 0;  // the refusal's exit code on rank 0, 0 when none
+  if (comm_.rank() == 0) {
+    std::optional<std::string> saved;
+    try {
+      saved = read_checkpoint(path, /*verify_hashes=*/false).run_config;
+    } catch (const Error&) {
+      // A checkpoint that cannot be read: load_checkpoint says what is wrong with it.
+    }
+    try {
+      if (saved)
+        if (const std::string warning = check_resume_config(*saved, path, cfg_); !warning.empty()) log_warn(warning);
+    } catch (const Error& e) {
+      why = e.what();
+      code = exit_code(e.kind());
+    }
+  }
+  code = static_cast<int>(comm_.all_reduce_sum(code));
+  if (code == kExitData) fail_data(why.empty() ? "rank 0 could not compare the settings of " + path : why);
+  if (code != 0)
+    fail_config(why.empty() ? "rank 0 refused to resume from " + path + " under other settings (its message says which)"
+                            : why);
 }
 
 void Trainer::export_model(const std::string& dir, DType dtype) {

@@ -70,6 +70,9 @@ class Trainer {
  private:
   // Loads the checkpoint run.resume names (collective); returns the steps already done.
   int resume();
+  // Refuses (or, under run.resume_config=override, warns about) resuming from the
+  // checkpoint at `path` under other settings than its own (collective; rank 0 reads).
+  void check_resume_settings(const std::string& path);
   // run.profile: opens, counts and closes the window around step s; prints the table.
   void profile_step(int s, int first, const StepMetrics& m, bool out);
 

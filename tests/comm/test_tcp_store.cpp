@@ -2,6 +2,7 @@
 // each with its own connection, rank 0 serving.
 #include "comm/tcp_store.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -315,6 +317,95 @@ TEST(TcpStore, PortInUseIsAClearError) {
   EXPECT_NE(err.find("rank 0: cannot serve the rendezvous store on port " + std::to_string(port)), std::string::npos)
       << err;
   EXPECT_NE(err.find("address already in use"), std::string::npos) << err;
+}
+
+// ---- where rank 0 listens (dist.bind) ---------------------------------------------------
+
+// Whether a TCP connection to the IPv4 address `ip` on `port` is accepted.
+bool accepts(const std::string& ip, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// The store listens on the address the job names, not on every interface: with
+// MASTER_ADDR 127.0.0.1 another address of this host (127.0.0.2, loopback too, but not
+// the one named) is refused.
+TEST(TcpStore, RankZeroListensOnTheMasterAddressOnly) {
+  const int port = test::free_port();
+  TcpStore rank0("127.0.0.1", port, 0, 1, 5);
+  EXPECT_EQ(rank0.listening(), std::vector<std::string>{"127.0.0.1:" + std::to_string(port)});
+  EXPECT_TRUE(accepts("127.0.0.1", port));
+  EXPECT_FALSE(accepts("127.0.0.2", port)) << "the store answers on an address the job did not name";
+}
+
+// dist.bind: every interface when asked (0.0.0.0, ::, *), or another address of this host.
+TEST(TcpStore, DistBindChoosesWhereRankZeroListens) {
+  for (const std::string every : {"0.0.0.0", "*"}) {
+    const int port = test::free_port();
+    TcpStore rank0("127.0.0.1", port, 0, 1, 5, "", "", StoreBind{every});
+    EXPECT_TRUE(accepts("127.0.0.1", port)) << every;
+    EXPECT_TRUE(accepts("127.0.0.2", port)) << every;
+  }
+  const int port = test::free_port();
+  TcpStore rank0("127.0.0.2", port, 0, 1, 5, "", "", StoreBind{"127.0.0.2"});
+  EXPECT_EQ(rank0.listening(), std::vector<std::string>{"127.0.0.2:" + std::to_string(port)});
+  EXPECT_FALSE(accepts("127.0.0.1", port));
+}
+
+// An address that is not this host's (TEST-NET-1, RFC 5737) cannot be listened on: the
+// error names it, where it came from, and the way out.
+TEST(TcpStore, AMasterAddressOfAnotherHostIsAClearError) {
+  const int port = test::free_port();
+  const std::optional<Error> e = testing::caught_error([&] { TcpStore rank0("192.0.2.1", port, 0, 2, 1.0); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind(), ErrorKind::Distributed);
+  const std::string m = e->what();
+  EXPECT_NE(m.find("MASTER_ADDR '192.0.2.1'"), std::string::npos) << m;
+  EXPECT_NE(m.find("dist.bind"), std::string::npos) << m;
+  const std::optional<Error> b = testing::caught_error(
+      [&] { TcpStore rank0("127.0.0.1", port, 0, 2, 1.0, "", "", StoreBind{"192.0.2.1"}); });
+  ASSERT_TRUE(b);
+  EXPECT_NE(std::string(b->what()).find("dist.bind '192.0.2.1'"), std::string::npos) << b->what();
+}
+
+// A master name (not "localhost", not a literal) that resolves to loopback on rank 0's
+// host while ranks on other hosts take part is widened to every interface (they could
+// not reach a loopback address); on one host it stays as named.
+TEST(TcpStore, AHostNameThatIsLoopbackOnlyHereIsWidenedForOtherHosts) {
+  const int port = test::free_port();
+  std::string warning;
+  std::vector<int> fds = open_store_listeners(StoreBind{"", true}, "localhost", port, 5, warning);
+  EXPECT_EQ(warning, "");  // "localhost" means this host
+  EXPECT_FALSE(accepts("127.0.0.2", port));
+  for (int fd : fds) ::close(fd);
+  fds = open_store_listeners(StoreBind{"", true}, "127.0.0.1", port, 5, warning);
+  EXPECT_EQ(warning, "");  // a literal address means itself
+  for (int fd : fds) ::close(fd);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string ignored;
+  std::vector<int> probe;
+  try {
+    probe = open_store_listeners(StoreBind{}, host, port, 1, ignored);
+  } catch (const Error&) {
+    GTEST_SKIP() << "this host's name '" << host << "' does not resolve to an address of it";
+  }
+  bool loopback_only = true;
+  for (int fd : probe) {
+    loopback_only = loopback_only && (bound_address(fd).rfind("127.", 0) == 0 || bound_address(fd).rfind("[::1]", 0) == 0);
+    ::close(fd);
+  }
+  if (!loopback_only) GTEST_SKIP() << "this host's name '" << host << "' resolves to a non-loopback address";
+  fds = open_store_listeners(StoreBind{"", true}, host, port, 5, warning);
+  EXPECT_NE(warning.find("loopback"), std::string::npos) << warning;
+  EXPECT_TRUE(accepts("127.0.0.2", port));
+  for (int fd : fds) ::close(fd);
 }
 
 TEST(TcpStore, WorldMismatchAndDuplicateRanksAreRejected) {

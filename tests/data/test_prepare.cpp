@@ -2,6 +2,7 @@
 // files, refusals that leave no output, the same bytes at any thread count. The library
 // tests use a byte-level encoder (id = byte, eos = 256); the CLI tests use the real
 // Qwen2.5 tokenizer from ../shared and skip where it is absent.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -114,6 +115,101 @@ TEST(Prepare, BadJsonlLeavesNoOutput) {
   o.encode = [](std::string_view) { return std::vector<int32_t>{300}; };
   expect_error([&] { prepare_token_shards(o); }, {"a.jsonl", "token id 300", "shard-00000.bin"});
   EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+// What f() writes to stdout and stderr; an exception from it fails the test (after the
+// capture ends, so that the next test can capture too).
+struct Output {
+  std::string out, err;
+};
+template <class F>
+Output output_of(F&& f) {
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  try {
+    f();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw: " << e.what();
+  }
+  Output o;
+  o.out = ::testing::internal::GetCapturedStdout();
+  o.err = ::testing::internal::GetCapturedStderr();
+  return o;
+}
+
+// --skip-bad-lines: every kind of line prepare refuses (invalid JSON, invalid UTF-8, not
+// an object, no field, a field that is not a string) is left out, counted per input and
+// in index.json, and reported by kind with the first one named; without it the first
+// stops the run, saying that the option exists.
+TEST(Prepare, SkipBadLinesCountsAndReportsWhatItLeftOut) {
+  const fs::path dir = temp_dir("prep_skip");
+  write_file(dir / "a.jsonl",
+             "{\"text\": \"ok\"}\n{\"text\": oops}\n[1]\n{\"txt\": \"x\"}\n{\"text\": 5}\n{\"text\": \"caf\xe9\"}\n"
+             "{\"text\": \"yo\"}\n");
+  write_file(dir / "b.jsonl", "{\"text\": \"b\"}\n{\"text\": \"b\"\n");
+  PrepareOptions o = byte_options(dir / "out", {(dir / "a.jsonl").string(), (dir / "b.jsonl").string()});
+  o.format = "jsonl";
+  expect_error([&] { prepare_token_shards(o); }, {"a.jsonl:2", "invalid JSON", "--skip-bad-lines"});
+  o.skip_bad_lines = true;
+  TokenIndex x;
+  const std::string err = output_of([&] { x = prepare_token_shards(o); }).err;
+  EXPECT_EQ(x.documents, 3u);
+  EXPECT_EQ(x.skipped_lines, 6u);
+  const TokenDataset d = TokenDataset::open((dir / "out").string());
+  EXPECT_EQ(stream_of(d), (std::vector<int32_t>{'o', 'k', 256, 'y', 'o', 256, 'b', 256}));
+  EXPECT_EQ(d.index.skipped_lines, 6u);
+  ASSERT_EQ(d.index.inputs.size(), 2u);
+  EXPECT_EQ(d.index.inputs[0].skipped_lines, 5u);
+  EXPECT_EQ(d.index.inputs[1].skipped_lines, 1u);
+  EXPECT_EQ(d.index.inputs[0].documents, 2u);
+  for (const std::string part : {"left out 6 lines", "2 invalid JSON", "1 invalid UTF-8", "1 not a JSON object",
+                                 "1 no field \"text\"", "1 field \"text\" not a string", "a.jsonl:2"})
+    EXPECT_NE(err.find(part), std::string::npos) << part << " in: " << err;
+  // A clean run writes no count at all (the index of an unchanged input stays the same bytes).
+  write_file(dir / "clean.jsonl", "{\"text\": \"ok\"}\n");
+  o = byte_options(dir / "clean", {(dir / "clean.jsonl").string()});
+  o.format = "jsonl";
+  o.skip_bad_lines = true;
+  prepare_token_shards(o);
+  EXPECT_EQ(read_file(dir / "clean" / "index.json").find("skipped_lines"), std::string::npos);
+}
+
+// A .jsonl file read under the text format is one document of JSON syntax: a warning says
+// so and suggests --format jsonl.
+TEST(Prepare, AJsonlFileUnderTheTextFormatWarns) {
+  const fs::path dir = temp_dir("prep_jsonl_as_text");
+  write_file(dir / "in" / "a.jsonl", "{\"text\": \"hi\"}\n{\"text\": \"yo\"}\n");
+  write_file(dir / "in" / "b.txt", "plain");
+  PrepareOptions o = byte_options(dir / "out", {(dir / "in").string()});
+  const std::string err = output_of([&] { prepare_token_shards(o); }).err;
+  EXPECT_NE(err.find("a.jsonl"), std::string::npos) << err;
+  EXPECT_NE(err.find("--format jsonl"), std::string::npos) << err;
+  // Under the jsonl format, or with text files only, nothing is said.
+  o = byte_options(dir / "out2", {(dir / "in" / "b.txt").string()});
+  EXPECT_EQ(output_of([&] { prepare_token_shards(o); }).err, "");
+}
+
+// The stage directory a killed prepare (kill -9) left beside --out is named and removed by
+// the next prepare to that --out; one whose process still runs is left alone.
+TEST(Prepare, StaleStagesOfAKilledPrepareAreRemovedLiveOnesLeft) {
+  const fs::path dir = temp_dir("prep_stale");
+  write_file(dir / "in.txt", "text");
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // gone: its pid names no process now
+  const fs::path dead = dir / ("out.tmp-" + std::to_string(child));
+  const fs::path live = dir / ("out.tmp-" + std::to_string(::getppid()));
+  const fs::path other = dir / "other.tmp-1";  // another output's: not ours to touch
+  for (const fs::path& p : {dead, live, other}) write_file(p / "shard-00000.bin", "partial");
+  PrepareOptions o = byte_options(dir / "out", {(dir / "in.txt").string()});
+  const auto [out, err] = output_of([&] { prepare_token_shards(o); });
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_NE(out.find("removed '" + dead.string() + "'"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(live / "shard-00000.bin"));
+  EXPECT_NE(err.find("leaving '" + live.string() + "'"), std::string::npos) << err;
+  EXPECT_TRUE(fs::exists(other / "shard-00000.bin"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "index.json"));
 }
 
 TEST(Prepare, RefusesANonEmptyOutUnlessForcedThenReplacesItWhole) {

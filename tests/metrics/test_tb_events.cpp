@@ -298,6 +298,7 @@ TEST(TbEvents, AResumedRunAppendsAndSupersedesTheStepsAfterItsCheckpoint) {
   RunConfig resumed = cfg;
   resumed.train.steps = 8;
   resumed.optim.lr = cfg.optim.lr * 2;  // other values from step 4 on: which file won is visible
+  resumed.run.resume_config = "override";  // the other lr on purpose
   resumed.run.resume = (out / "checkpoints/step-3").string();
   const TrainResult second = train_on_cpu(resumed);
   ASSERT_EQ(second.losses.size(), 5u);  // steps 4..8
