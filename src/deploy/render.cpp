@@ -54,6 +54,10 @@ ojson worker_env(const ClusterSpec& s) {
   for (const auto& [k, v] : s.env) set(k, v);
   ojson out = ojson::array();
   for (const auto& [k, v] : env) out.push_back({{"name", k}, {"value", v}});
+  // The rendezvous admits only ranks that hold the run's secret: from its Secret,
+  // which `deploy apply` / `submit` create with a random value (never in the plan).
+  out.push_back({{"name", kJobSecretKey},
+                 {"valueFrom", {{"secretKeyRef", {{"name", job_secret_name(s)}, {"key", kJobSecretKey}}}}}});
   return out;
 }
 
@@ -76,6 +80,8 @@ std::vector<std::string> train_args(const ClusterSpec& s) {
 std::string config_map_name(const ClusterSpec& s) { return s.job_name + "-config"; }
 
 }  // namespace
+
+std::string job_secret_name(const ClusterSpec& s) { return s.job_name + "-job-secret"; }
 
 ojson worker_pod_spec(const ClusterSpec& s, const std::vector<std::string>& command) {
   ojson container = {
@@ -285,7 +291,8 @@ ojson ray_cluster(const ClusterSpec& s) {
 
 ojson ray_job(const ClusterSpec& s) {
   std::vector<std::string> entry = {"python3", kDriver, "--nnodes", std::to_string(s.gpu.count), "--nproc-per-node",
-                                    std::to_string(s.pod_gpus), "--master-port", std::to_string(s.master_port), "--"};
+                                    std::to_string(s.pod_gpus), "--master-port", std::to_string(s.master_port),
+                                    "--workdir", "/workspace", "--"};
   for (const std::string& a : train_args(s)) entry.push_back(a);
   return {{"apiVersion", "ray.io/v1"},
           {"kind", "RayJob"},
@@ -293,6 +300,9 @@ ojson ray_job(const ClusterSpec& s) {
           {"spec",
            {{"entrypoint", shell_line(entry)},
             {"clusterSelector", {{"ray.io/cluster", s.job_name}}},
+            // Ray folds lines that look alike across nodes ("[repeated 2x across
+            // cluster]"), numbers ignored: "[node 0] ..." and "[node 1] ..." would fold.
+            {"runtimeEnvYAML", "env_vars:\n  RAY_DEDUP_LOGS: \"0\"\n"},
             {"submissionMode", "K8sJobMode"},
             {"backoffLimit", s.backoff_limit}}}};
 }
