@@ -8,13 +8,10 @@ fixture nodes, their container a local process).
 import json
 import os
 import random
-import signal
 import string
 import threading
 import time
 import uuid
-
-from kube_test_server import kill_group
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -273,6 +270,7 @@ class Operators:
             counts[t]["active"] += 1
         self.update_status(pj, conditions=list(conditions), replicaStatuses=counts)
         pending = list(started)
+        ended = False
         while pending:
             time.sleep(POLL_S)
             for item in list(pending):
@@ -285,6 +283,9 @@ class Operators:
                 counts[t]["active"] -= 1
                 counts[t]["succeeded" if code == 0 else "failed"] += 1
                 end = None
+                if ended:  # the job's condition is set; its other pods end as they do
+                    self.update_status(pj, replicaStatuses=counts)
+                    continue
                 if code != 0:
                     end = ("Failed", "PyTorchJobFailed", "PyTorchJob %s/%s has failed because %d %s replica(s) failed."
                            % (ns, name, counts[t]["failed"], t))
@@ -295,9 +296,8 @@ class Operators:
                     conditions.append({"type": end[0], "status": "True", "reason": end[1], "message": end[2],
                                        "lastTransitionTime": now()})
                     self.update_status(pj, conditions=list(conditions), replicaStatuses=counts, completionTime=now())
-                    for _, _, other in pending:  # the operator deletes the job's remaining pods
-                        kill_group(other, signal.SIGTERM)
-                    return
+                    ended = True
+                    continue
                 self.update_status(pj, replicaStatuses=counts)
 
 
