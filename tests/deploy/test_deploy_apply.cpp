@@ -662,10 +662,13 @@ TEST_P(ApplyTrain, ReachesACompletedRun) {
       EXPECT_NE(r.out.find(s), std::string::npos) << s << " in:\n" << r.out;
     EXPECT_LT(r.out.find("rayjob qwen-train: Running"), r.out.find("Complete (job SUCCEEDED)")) << r.out;
   } else {
-    for (const char* s : {"pytorchjob qwen-train: Created", "pytorchjob qwen-train: Succeeded",
+    // Created lasts only while the pods are Pending, which a poll may miss here;
+    // Running lasts the whole run.
+    for (const char* s : {"pytorchjob qwen-train: Running", "pytorchjob qwen-train: Succeeded",
                           "pod qwen-train-master-0: Running", "pod qwen-train-worker-0: Running",
                           "[master] [rank 0] step 3/3", "qwen-train completed: pytorchjob Succeeded"})
       EXPECT_NE(r.out.find(s), std::string::npos) << s << " in:\n" << r.out;
+    EXPECT_LT(r.out.find("pytorchjob qwen-train: Running"), r.out.find("pytorchjob qwen-train: Succeeded")) << r.out;
   }
 }
 
