@@ -84,6 +84,11 @@ std::vector<Finding> preflight(const ClusterSpec& s, const PreflightOptions& o) 
                " = \"efa\": without an EFA device in the pod NCCL cannot use EFA and every rank would refuse its "
                "transport once the nodes are paid for; ask for the node's " + std::to_string(g.efa_interfaces) +
                " (or leave the key out), or expect \"socket\"");
+  if (s.gpu.efa && s.pod_efa > 0 && s.pod_efa < g.efa_interfaces)
+    note("workload.resources.efa", "a pod asks for " + std::to_string(s.pod_efa) + " of the " +
+                                       std::to_string(g.efa_interfaces) + " EFA interfaces of a " + type +
+                                       ": NCCL gets that share of the node's EFA bandwidth and the rest stays idle; "
+                                       "leave the key out to take all " + std::to_string(g.efa_interfaces));
   if (s.expect_transport == "efa" && !s.gpu.efa)
     refuse("train.expect_transport", "expect_transport = \"efa\" with nodes.gpu.efa = false: every rank would "
                                      "refuse to train; enable EFA or expect \"socket\"");

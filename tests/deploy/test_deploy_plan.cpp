@@ -358,6 +358,25 @@ TEST(Preflight, AllocatableFollowsTheEksFormula) {
   EXPECT_NEAR(a.memory_gib, 192 - (255 + 11 * 234 + 100) / 1024.0, 1e-9);
 }
 
+// A pod that takes fewer of the node's EFA interfaces than it has is planned, with a
+// note saying so; one that takes them all gets none.
+TEST(Preflight, FewerEfaInterfacesThanTheInstanceHasIsNoted) {
+  auto efa_notes = [](const std::vector<std::pair<std::string, std::string>>& edits) {
+    std::string notes;
+    for (const Finding& f : preflight(load_cluster_file(variant("efa-share", edits).string()), {})) {
+      EXPECT_FALSE(f.refusal && f.key == "workload.resources.efa") << f.message;
+      if (f.key == "workload.resources.efa") notes += f.message + "\n";
+    }
+    return notes;
+  };
+  const std::pair<std::string, std::string> p4d = {"instance_type = \"g6.12xlarge\"", "instance_type = \"p4d.24xlarge\""};
+  const std::string one = efa_notes({p4d, {"", "[workload.resources]\nefa = 1"}});
+  EXPECT_NE(one.find("a pod asks for 1 of the 4 EFA interfaces of a p4d.24xlarge"), std::string::npos) << one;
+  EXPECT_EQ(efa_notes({p4d}), "");                                                 // derived: all 4
+  EXPECT_EQ(efa_notes({p4d, {"", "[workload.resources]\nefa = 4"}}), "");
+  EXPECT_EQ(efa_notes({}), "");                                                    // g6.12xlarge: its one
+}
+
 // ---- golden files and the command line ---------------------------------------------------
 
 // The recipe's artifacts, byte for byte, and the predicted step plan prints
