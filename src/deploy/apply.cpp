@@ -323,7 +323,7 @@ int deploy_destroy(const ClusterSpec& s, const std::string& out_dir) {
                                  "--wait"},
         std::vector<std::string>{"aws", "ec2", "delete-placement-group", "--group-name", s.gpu.placement_group,
                                  "--region", s.region}}) {
-    if (argv[0] == "aws" && !s.gpu.efa) continue;
+    if (argv[0] == "aws" && !uses_placement_group(s)) continue;
     std::printf("  $ %s\n", shell_line(argv).c_str());
     std::fflush(stdout);
     const ToolRun r = run.run(argv);

@@ -44,6 +44,14 @@ std::vector<PlanStep> plan_steps(const ClusterSpec& spec, const std::string& out
 std::string job_secret_name(const ClusterSpec& spec);
 inline constexpr const char* kJobSecretKey = "SHARDTRAIN_JOB_SECRET";
 
+// Whether the GPU node group gets a cluster placement group of ours: with EFA, unless
+// the nodes come from a capacity reservation (which already has its placement).
+bool uses_placement_group(const ClusterSpec& spec);
+
+// The region's registry of EKS add-on images ("<account>.dkr.ecr.<region>.amazonaws.com"),
+// or "" for a region this build does not know (the chart's default image is used).
+std::string eks_registry(const std::string& region);
+
 // The worker pod template (the one every engine uses), for checks and tests.
 ojson worker_pod_spec(const ClusterSpec& spec, const std::vector<std::string>& command);
 

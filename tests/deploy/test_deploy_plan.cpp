@@ -377,6 +377,61 @@ TEST(Preflight, FewerEfaInterfacesThanTheInstanceHasIsNoted) {
   EXPECT_EQ(efa_notes({}), "");                                                    // g6.12xlarge: its one
 }
 
+std::string plan_commands(const ClusterSpec& s) {
+  std::string out;
+  for (const PlanStep& st : plan_steps(s, "OUT")) {
+    for (const auto& c : st.commands) out += shell_line(c) + "\n";
+    for (const auto& n : st.notes) out += "note: " + n + "\n";
+  }
+  return out;
+}
+
+// A capacity reservation has its own placement: the GPU node group gets no placement
+// group of ours, none is created or deleted. On demand, the EFA nodes keep theirs.
+TEST(DeployPlan, ACapacityReservationGetsNoPlacementGroupOfOurs) {
+  const ClusterSpec cr = load_cluster_file(
+      variant("cr", {{"capacity = \"on-demand\"", "capacity = \"reservation\"\ncapacity_reservation_id = "
+                                                  "\"cr-0123456789abcdef0\""}}).string());
+  const auto gpu = docs_of(render_artifacts(cr), "eksctl-cluster.yaml").at(0)["managedNodeGroups"][1];
+  EXPECT_FALSE(gpu.contains("placement")) << gpu.dump();
+  EXPECT_EQ(gpu["capacityReservation"]["capacityReservationTarget"]["capacityReservationID"], "cr-0123456789abcdef0");
+  const std::string cmds = plan_commands(cr);
+  EXPECT_EQ(cmds.find("create-placement-group"), std::string::npos) << cmds;
+  EXPECT_NE(cmds.find("aws ec2 describe-capacity-reservations --capacity-reservation-ids cr-0123456789abcdef0"),
+            std::string::npos) << cmds;
+  EXPECT_NE(cmds.find("note: no placement group of ours: capacity reservation cr-0123456789abcdef0"),
+            std::string::npos) << cmds;
+
+  const ClusterSpec od = load_cluster_file(kRecipe.string());
+  const auto od_gpu = docs_of(render_artifacts(od), "eksctl-cluster.yaml").at(0)["managedNodeGroups"][1];
+  EXPECT_EQ(od_gpu["placement"]["groupName"], "shardtrain-g6-gpu");
+  EXPECT_NE(plan_commands(od).find("aws ec2 create-placement-group --group-name shardtrain-g6-gpu --strategy cluster"),
+            std::string::npos);
+}
+
+// The EFA plugin's image from the cluster's own region's EKS registry (the chart's
+// default is us-west-2's), including the regions with an account of their own.
+TEST(DeployPlan, TheEfaPluginImageComesFromTheClustersRegion) {
+  for (const auto& [region, registry] : std::vector<std::pair<std::string, std::string>>{
+           {"us-east-1", "602401143452.dkr.ecr.us-east-1.amazonaws.com"},
+           {"eu-south-1", "590381155156.dkr.ecr.eu-south-1.amazonaws.com"},
+           {"cn-north-1", "918309763551.dkr.ecr.cn-north-1.amazonaws.com.cn"}}) {
+    const ClusterSpec s = load_cluster_file(
+        variant("region-" + region, {{"region = \"us-west-2\"", "region = \"" + region + "\""},
+                                     {"zones = [\"us-west-2a\", \"us-west-2b\"]",
+                                      "zones = [\"" + region + "a\", \"" + region + "b\"]"},
+                                     {"zones = [\"us-west-2a\"]", "zones = [\"" + region + "a\"]"}})
+            .string());
+    for (const Finding& f : preflight(s, {})) EXPECT_FALSE(f.refusal) << region << ": " << f.key << ": " << f.message;
+    const auto values = docs_of(render_artifacts(s), "helm/aws-efa-k8s-device-plugin.values.yaml").at(0);
+    EXPECT_EQ(values["image"]["repository"], registry + "/eks/aws-efa-k8s-device-plugin") << values.dump();
+  }
+  EXPECT_EQ(eks_registry("xx-nowhere-1"), "");  // unknown: the chart's default stays
+  const auto recipe = docs_of(render_artifacts(load_cluster_file(kRecipe.string())),
+                              "helm/aws-efa-k8s-device-plugin.values.yaml").at(0);
+  EXPECT_EQ(recipe["image"]["repository"], "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin");
+}
+
 // ---- golden files and the command line ---------------------------------------------------
 
 // The recipe's artifacts, byte for byte, and the predicted step plan prints
