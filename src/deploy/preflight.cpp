@@ -154,6 +154,13 @@ std::vector<Finding> preflight(const ClusterSpec& s, const PreflightOptions& o) 
     refuse("nodes.gpu.count", std::to_string(s.gpu.count) + " x " + type + " need " + std::to_string(need) +
                                   " vCPU of \"" + g.quota_name + "\" (" + g.quota_code + ") but the quota is " +
                                   std::to_string(*o.vcpu_quota) + "; ask AWS for more or use a capacity reservation");
+  if (s.gpu.own_facts)
+    note("nodes.gpu.facts", type + " is described by the cluster file, not the built-in table: " +
+                                std::to_string(g.vcpus) + " vCPU, " + fmt(g.memory_gib) + " GiB, " +
+                                std::to_string(g.gpus) + " GPUs, " + std::to_string(g.efa_interfaces) +
+                                " EFA interfaces, max " + std::to_string(g.max_pods) +
+                                " pods; every check above used these figures (compare them with `aws ec2 "
+                                "describe-instance-types --instance-types " + type + "`)");
   if (s.system.facts && s.system.facts->gpus > 0)
     note("nodes.system.instance_type", s.system.instance_type + " has GPUs; the system group needs none");
 

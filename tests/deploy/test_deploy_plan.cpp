@@ -432,6 +432,88 @@ TEST(DeployPlan, TheEfaPluginImageComesFromTheClustersRegion) {
   EXPECT_EQ(recipe["image"]["repository"], "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin");
 }
 
+// ---- [nodes.gpu.facts]: a type outside the built-in table ------------------------------
+
+const std::pair<std::string, std::string> kG5Big = {"instance_type = \"g6.12xlarge\"", "instance_type = \"g5.48xlarge\""};
+const std::string kG5BigFacts =
+    "[nodes.gpu.facts]\nvcpus = 192\nmemory_gib = 768\ngpus = 8\ngpu_model = \"NVIDIA A10G\"\ngpu_memory_gib = 24\n"
+    "efa_interfaces = 1\nnetwork_gbps = 100\nmax_pods = 737";
+
+// g5.48xlarge (8 x A10G, 192 vCPU, 768 GiB, 1 EFA) is not in the table: described by
+// the file, it is planned, sized and checked from those figures as a built-in type is.
+TEST(ClusterFile, AnInstanceOutsideTheTableIsDescribedByTheFile) {
+  const std::string without = error_of([&] { load_cluster_file(variant("g5-none", {kG5Big}).string()); });
+  EXPECT_NE(without.find("'g5.48xlarge' is not in the built-in instance table"), std::string::npos) << without;
+  EXPECT_NE(without.find("[nodes.gpu.facts]"), std::string::npos) << without;
+
+  const ClusterSpec s = load_cluster_file(variant("g5-facts", {kG5Big, {"", kG5BigFacts}}).string());
+  ASSERT_NE(s.gpu.facts, nullptr);
+  const ClusterSpec copy = s;  // the facts stay valid in a copy
+  EXPECT_EQ(copy.gpu.facts->vcpus, 192);
+  EXPECT_EQ(s.gpu.facts->type, "g5.48xlarge");
+  EXPECT_EQ(s.gpu.facts->quota_code, "L-DB2E81BA");  // a G type: the G and VT quota
+  EXPECT_EQ(s.pod_gpus, 8);
+  EXPECT_EQ(s.pod_efa, 1);
+  EXPECT_EQ(s.pod_cpu, 192 - 32);
+  EXPECT_EQ(s.world(), 16);
+  std::string notes;
+  for (const Finding& f : preflight(s, {})) {
+    EXPECT_FALSE(f.refusal) << f.key << ": " << f.message;
+    if (f.key == "nodes.gpu.facts") notes += f.message;
+  }
+  EXPECT_NE(notes.find("g5.48xlarge is described by the cluster file, not the built-in table: 192 vCPU, 768 GiB, "
+                       "8 GPUs, 1 EFA interfaces"), std::string::npos) << notes;
+  const auto arts = render_artifacts(s);
+  EXPECT_EQ(docs_of(arts, "eksctl-cluster.yaml").at(0)["managedNodeGroups"][1]["instanceType"], "g5.48xlarge");
+  const auto job = docs_of(arts, "job.yaml").at(0);
+  const auto& limits = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"];
+  EXPECT_EQ(limits["nvidia.com/gpu"], "8") << limits.dump();
+  EXPECT_EQ(limits["vpc.amazonaws.com/efa"], "1") << limits.dump();
+  // The same checks as a built-in type: the quota, the pod's GPUs, EFA.
+  PreflightOptions small;
+  small.vcpu_quota = 200;
+  bool quota = false;
+  for (const Finding& f : preflight(s, small))
+    quota |= f.refusal && f.message.find("need 384 vCPU of \"Running On-Demand G and VT instances\"") != std::string::npos;
+  EXPECT_TRUE(quota);
+  auto refusals = [](const ClusterSpec& x) {
+    std::string out;
+    for (const Finding& f : preflight(x, {}))
+      if (f.refusal) out += f.key + ": " + f.message + "\n";
+    return out;
+  };
+  const std::string no_efa = refusals(load_cluster_file(
+      variant("g5-noefa", {kG5Big, {"", std::regex_replace(kG5BigFacts, std::regex("efa_interfaces = 1"),
+                                                               "efa_interfaces = 0")}}).string()));
+  EXPECT_NE(no_efa.find("nodes.gpu.efa: g5.48xlarge has no EFA interfaces"), std::string::npos) << no_efa;
+  const std::string four = refusals(
+      load_cluster_file(variant("g5-4", {kG5Big, {"", "[workload.resources]\ngpus = 4\n" + kG5BigFacts}}).string()));
+  EXPECT_NE(four.find("g5.48xlarge has 8, the pod asks for 4"), std::string::npos) << four;
+}
+
+TEST(ClusterFile, InstanceFactsAreRefusedWhereTheyCannotBeRight) {
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> edits;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      // A built-in type keeps its table's facts.
+      {{{"", kG5BigFacts}}, "[nodes.gpu.facts] is for a type outside the built-in instance table, but 'g6.12xlarge'"},
+      {{kG5Big, {"", std::regex_replace(kG5BigFacts, std::regex("vcpus = 192\n"), "")}},
+       "nodes.gpu.facts.vcpus must be set"},
+      {{kG5Big, {"", std::regex_replace(kG5BigFacts, std::regex("gpus = 8\n"), "gpus = 0\n")}},
+       "nodes.gpu.facts.gpus"},
+      {{kG5Big, {"", kG5BigFacts + "\ncores = 96"}}, "unknown key 'nodes.gpu.facts.cores'"},
+      // No quota known for the family: the file must name it.
+      {{{"instance_type = \"g6.12xlarge\"", "instance_type = \"x9.gpu\""}, {"", kG5BigFacts}},
+       "nodes.gpu.facts.quota_code must be set for x9.gpu"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = error_of([&] { load_cluster_file(variant("facts-bad", c.edits).string()); });
+    EXPECT_NE(err.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in: " << err;
+  }
+}
+
 // ---- golden files and the command line ---------------------------------------------------
 
 // The recipe's artifacts, byte for byte, and the predicted step plan prints
