@@ -13,7 +13,8 @@
 // a Kubernetes Secret every worker pod reads through secretKeyRef; submit creates
 // it when it is missing, with a new random value for each run of the engines
 // `job` and `pytorchjob` (the Ray workers of `kuberay` read it when they start, so
-// it lives as long as the RayCluster). Its value is never written to a file.
+// it lives as long as the RayCluster). Its value never reaches a command line, the
+// log or the plan directory (kubectl reads it from a private temporary file).
 #pragma once
 #include <string>
 
