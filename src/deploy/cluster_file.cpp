@@ -67,6 +67,7 @@ std::vector<Key> cluster_file_keys(ClusterSpec& spec, InstanceFacts& gpu_facts) 
       {"image.tag", &spec.image_tag, "tag (unpinned images only)"},
       {"image.base", &spec.base_image, "the Dockerfile's FROM"},
       {"image.allow_unpinned", &spec.allow_unpinned, "allow an image without a digest"},
+      {"image.efa_installer_sha256", &spec.efa_installer_sha256, "SHA-256 of the EFA installer tarball"},
       {"workload.engine", &spec.engine, "Kubernetes workload", {}, {"job", "kuberay", "pytorchjob"}},
       {"workload.namespace", &spec.namespace_, "namespace"},
       {"workload.name", &spec.job_name, "job name"},

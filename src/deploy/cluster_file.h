@@ -52,6 +52,7 @@ struct ClusterSpec {
   std::string image_repository, image_digest, image_tag;
   std::string base_image;                     // the Dockerfile's FROM (repository[:tag]@sha256:...)
   bool allow_unpinned = false;
+  std::string efa_installer_sha256;           // the EFA installer tarball's SHA-256 (64 hex digits)
 
   // [workload]
   std::string engine = "job";                 // job | kuberay | pytorchjob

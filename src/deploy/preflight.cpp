@@ -144,6 +144,22 @@ std::vector<Finding> preflight(const ClusterSpec& s, const PreflightOptions& o) 
   else if (s.base_image.find("@") != std::string::npos && !is_digest(s.base_image.substr(s.base_image.find('@') + 1)))
     refuse("image.base", "'" + s.base_image.substr(s.base_image.find('@') + 1) + "' is not a sha256 digest");
 
+  // The EFA installer the Dockerfile downloads: checked against its SHA-256, so a
+  // rebuild installs the same bytes (or fails).
+  const bool sha_ok = s.efa_installer_sha256.size() == 64 &&
+                      std::all_of(s.efa_installer_sha256.begin(), s.efa_installer_sha256.end(), [](char c) {
+                        return std::isxdigit(static_cast<unsigned char>(c)) && !std::isupper(static_cast<unsigned char>(c));
+                      });
+  if (!s.efa_installer_sha256.empty() && !sha_ok)
+    refuse("image.efa_installer_sha256", "'" + s.efa_installer_sha256 + "' is not a SHA-256 (64 lower-case hex digits)");
+  if (s.gpu.efa && s.efa_installer_sha256.empty()) {
+    const std::string what = "the Dockerfile downloads the EFA installer without a checksum to compare it with; set "
+                             "image.efa_installer_sha256 (sha256sum of aws-efa-installer-<version>.tar.gz, "
+                             "downloaded once and checked)";
+    if (s.allow_unpinned) note("image.efa_installer_sha256", what + " (image.allow_unpinned = true: planned without)");
+    else refuse("image.efa_installer_sha256", what + " (or image.allow_unpinned = true)");
+  }
+
   // Capacity.
   if (s.gpu.capacity == "reservation" && s.gpu.capacity_reservation_id.rfind("cr-", 0) != 0)
     refuse("nodes.gpu.capacity_reservation_id", "capacity = \"reservation\" needs the reservation's id (cr-...)");

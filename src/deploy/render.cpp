@@ -385,8 +385,17 @@ std::string dockerfile(const ClusterSpec& s) {
   if (s.gpu.efa) {
     d += "# EFA in user space: libfabric and the aws-ofi-nccl plugin that NCCL_NET_PLUGIN=ofi loads (the host\n";
     d += "# AMI has the kernel driver).\n";
+    if (!s.efa_installer_sha256.empty())
+      d += "# The tarball must match image.efa_installer_sha256, or the build stops.\n"
+           "ARG EFA_INSTALLER_SHA256=" + s.efa_installer_sha256 + "\n";
+    else
+      d += "# Unverified: image.efa_installer_sha256 is not set (image.allow_unpinned).\n";
     d += "RUN cd /tmp && curl -fsSLO https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz "
-         "\\\n    && tar -xzf aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz && cd aws-efa-installer \\\n"
+         "\\\n";
+    if (!s.efa_installer_sha256.empty())
+      d += "    && echo \"${EFA_INSTALLER_SHA256}  aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz\" | sha256sum -c - "
+           "\\\n";
+    d += "    && tar -xzf aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz && cd aws-efa-installer \\\n"
          "    && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify \\\n"
          "    && cd / && rm -rf /tmp/aws-efa-installer* /var/lib/apt/lists/*\n";
     d += "ENV LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:"

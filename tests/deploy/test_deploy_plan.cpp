@@ -329,6 +329,11 @@ TEST(Preflight, EachRefusalNamesItsKey) {
         {"allow_unpinned = true", "allow_unpinned = false"}},
        "image.base", "not pinned by digest"},
       {{{"capacity = \"on-demand\"", "capacity = \"reservation\""}}, "nodes.gpu.capacity_reservation_id", "cr-"},
+      // The EFA installer unchecked, and a checksum that is none.
+      {{{"allow_unpinned = true", "allow_unpinned = false"}}, "image.efa_installer_sha256",
+       "downloads the EFA installer without a checksum"},
+      {{{"allow_unpinned = true", "allow_unpinned = true\nefa_installer_sha256 = \"abc\""}},
+       "image.efa_installer_sha256", "'abc' is not a SHA-256"},
       {{}, "nodes.gpu.count", "need 96 vCPU of \"Running On-Demand G and VT instances\" (L-DB2E81BA) but the quota is 64",
        64},
       {{{"\"train.steps\" = 100", "\"train.steps\" = 100\n\"dist.shard_group_size\" = 3"}}, "train.set",
@@ -514,6 +519,31 @@ TEST(ClusterFile, InstanceFactsAreRefusedWhereTheyCannotBeRight) {
   }
 }
 
+// The Dockerfile compares the EFA installer it downloads with image.efa_installer_sha256
+// before unpacking it; without one (allow_unpinned) it says it is unverified.
+TEST(DeployImage, TheEfaInstallerIsCheckedAgainstItsSha256) {
+  const std::string sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  auto dockerfile_of = [](const ClusterSpec& s) {
+    for (const Artifact& a : render_artifacts(s))
+      if (a.file == "Dockerfile") return a.text;
+    return std::string();
+  };
+  const ClusterSpec s = load_cluster_file(
+      variant("efa-sha", {{"allow_unpinned = true", "allow_unpinned = true\nefa_installer_sha256 = \"" + sha + "\""}})
+          .string());
+  const std::string d = dockerfile_of(s);
+  EXPECT_NE(d.find("ARG EFA_INSTALLER_SHA256=" + sha + "\n"), std::string::npos) << d;
+  const size_t check = d.find("&& echo \"${EFA_INSTALLER_SHA256}  aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz\" "
+                              "| sha256sum -c -");
+  ASSERT_NE(check, std::string::npos) << d;
+  EXPECT_LT(d.find("curl -fsSLO"), check);
+  EXPECT_LT(check, d.find("tar -xzf"));
+  for (const Finding& f : preflight(s, {})) EXPECT_NE(f.key, "image.efa_installer_sha256") << f.message;
+  const std::string unverified = dockerfile_of(load_cluster_file(kRecipe.string()));
+  EXPECT_NE(unverified.find("# Unverified: image.efa_installer_sha256 is not set"), std::string::npos) << unverified;
+  EXPECT_EQ(unverified.find("sha256sum"), std::string::npos) << unverified;
+}
+
 // ---- golden files and the command line ---------------------------------------------------
 
 // The recipe's artifacts, byte for byte, and the predicted step plan prints
@@ -581,7 +611,8 @@ TEST(DeployPlanCli, WritesEverythingOrNothing) {
   EXPECT_NE(r.out.find("REFUSED image.digest"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("REFUSED image.base: the digest of the Dockerfile's base is the all-zero placeholder"),
             std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("refused by 3 preflight checks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("REFUSED image.efa_installer_sha256"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("refused by 4 preflight checks"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out2));
   // Pods without EFA while EFA is expected: refused before anything is written.
   const fs::path no_efa = variant("cli_no_efa", {{"", "[workload.resources]\nefa = 0"}});
