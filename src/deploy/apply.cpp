@@ -160,12 +160,28 @@ class Applier {
       return on_every_gpu_node(argv[2], argv[5].substr(10), must(argv));
     if (starts_with(argv, {"kubectl", "-n"}) && argv.size() > 4 && argv[3] == "wait" &&
         std::find(argv.begin(), argv.end(), "--for=condition=RayClusterProvisioned") != argv.end())
-      workers_as_planned(argv[2]);  // before the long wait: a wrong pod would only stay Pending
+    {
+      // Before the long wait: a wrong pod or a node without its devices would only
+      // leave the cluster unprovisioned for the whole timeout.
+      workers_as_planned(argv[2]);
+      if (deploy_verify(s_, false, run_.log_path()) != 0)
+        fail("deploy apply: step ", step_->number, " (", step_->title, "): the checks above failed before waiting on "
+             "RayClusterProvisioned (", run_.log_path(), ")");
+    }
     if (starts_with(argv, {"kubectl", "apply", "--server-side", "-f"}) && fs::path(argv.back()).filename() == "job.yaml") {
       SubmitOptions so;  // step 8: submit, follow, and end with the job's result
       so.out_dir = o_.out_dir;
+      so.poll_s = env_seconds("SHARDTRAIN_DEPLOY_POLL_S", so.poll_s);
       if (deploy_submit(s_, so) != 0) fail("deploy apply: step 8 (", step_->title, ") failed");
       submitted_ = true;
+      return;
+    }
+    if (starts_with(argv, {"kubectl", "apply", "--server-side", "-f"}) &&
+        fs::path(argv.back()).filename() == "workload.yaml") {
+      done(must(argv));
+      // The workers read the run's job secret from its Secret (a Ray worker when it
+      // starts): it exists before they do.
+      ensure_job_secret(run_, s_, false);
       return;
     }
     if (submitted_ && starts_with(argv, {"kubectl"}) && std::find(argv.begin(), argv.end(), "logs") != argv.end())
@@ -300,204 +316,6 @@ int deploy_verify(const ClusterSpec& s, bool as_json, const std::string& log_pat
   return 0;
 }
 
-namespace {
-
-json kubectl_json(const ToolRunner& run, const std::vector<std::string>& argv) {
-  const ToolRun r = run.run(argv);
-  if (r.code != 0) fail("deploy: `", r.line(), "` exited ", r.code, ":\n", r.err_tail());
-  return parse_json(r);
-}
-
-// The object job.yaml makes, by engine.
-std::string job_kind(const ClusterSpec& s) {
-  return s.engine == "pytorchjob" ? "pytorchjob" : s.engine == "kuberay" ? "rayjob" : "job";
-}
-
-// The pods of the job as it is now, not of an earlier job of the same name (its pods
-// may outlive it): a Job's pods by the label Kubernetes gives them with its UID, every
-// engine's by the owner reference to that UID. The RayJob owns no worker pods (the
-// RayCluster does): those are found by the instance label alone.
-struct JobPods {
-  std::string uid;  // "" when the job does not exist
-  std::vector<json> pods;
-};
-
-JobPods job_pods(const ToolRunner& run, const ClusterSpec& s) {
-  JobPods out;
-  const ToolRun got = run.run({"kubectl", "-n", s.namespace_, "get", job_kind(s), s.job_name, "-o", "json"});
-  if (got.code == 0) out.uid = parse_json(got).value("metadata", json::object()).value("uid", "");
-  if (out.uid.empty() && s.engine != "kuberay") return out;
-  const std::string selector = s.engine == "job" ? "batch.kubernetes.io/controller-uid=" + out.uid
-                                                 : "app.kubernetes.io/instance=" + s.job_name;
-  const json pods = kubectl_json(run, {"kubectl", "-n", s.namespace_, "get", "pods", "-l", selector, "-o", "json"});
-  for (const auto& pod : pods.value("items", json::array())) {
-    bool owned = s.engine == "kuberay";
-    for (const auto& o : pod.value("metadata", json::object()).value("ownerReferences", json::array()))
-      owned = owned || o.value("uid", "") == out.uid;
-    if (owned) out.pods.push_back(pod);
-  }
-  return out;
-}
-
-// Pod index of a Job's pod (its completion index), or -1.
-int pod_index(const json& pod) {
-  const json labels = pod.value("metadata", json::object()).value("labels", json::object());
-  const std::string idx = labels.value("batch.kubernetes.io/job-completion-index", std::string());
-  return idx.empty() ? -1 : std::atoi(idx.c_str());
-}
-
-std::string pending_reason(const json& pod) {
-  for (const auto& c : pod.value("status", json::object()).value("conditions", json::array()))
-    if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "False")
-      return c.value("reason", "") + ": " + c.value("message", "");
-  return "";
-}
-
-// The lines of a failed rank's log that say why: the transport gate's refusal and
-// NCCL's channel lines, or the last error.
-std::vector<std::string> why_lines(const std::string& log) {
-  std::vector<std::string> gate, all;
-  std::stringstream ss(log);
-  for (std::string l; std::getline(ss, l);) {
-    if (l.empty()) continue;
-    all.push_back(l);
-    if (l.find("expect-transport") != std::string::npos || l.find("expect_transport") != std::string::npos ||
-        l.find(" via NET/") != std::string::npos)
-      gate.push_back(l);
-  }
-  if (!gate.empty()) return gate;
-  // Otherwise the end of the log, where a rank says why it stopped.
-  return std::vector<std::string>(all.size() > 4 ? all.end() - 4 : all.begin(), all.end());
-}
-
-}  // namespace
-
-int deploy_submit(const ClusterSpec& s, const SubmitOptions& o) {
-  if (!tool_on_path("kubectl")) fail("deploy submit: kubectl is not on PATH: ", install_hint("kubectl"));
-  const ToolRunner run((fs::path(o.out_dir) / "deploy.log").string());
-  const std::string ns = s.namespace_;
-  const ToolRun applied = run.run({"kubectl", "apply", "--server-side", "-f", (fs::path(o.out_dir) / "job.yaml").string()});
-  if (applied.code != 0)
-    fail("deploy submit: `", applied.line(), "` exited ", applied.code, ":\n", applied.err_tail());
-  std::printf("deploy submit: %s", applied.out.c_str());
-  const auto t0 = std::chrono::steady_clock::now();
-  std::map<std::string, std::string> said;  // pod -> last state printed
-  size_t shown = 0;                          // bytes of rank 0's log printed so far
-  std::string rank0;
-  auto show_rank0 = [&](bool all) {
-    if (rank0.empty()) return;
-    const ToolRun r = run.run({"kubectl", "-n", ns, "logs", rank0});
-    if (r.code != 0 || r.out.size() <= shown) return;
-    std::string fresh = r.out.substr(shown);
-    if (!all) fresh = fresh.substr(0, fresh.rfind('\n') == std::string::npos ? 0 : fresh.rfind('\n') + 1);
-    shown += fresh.size();
-    std::stringstream ss(fresh);
-    for (std::string l; std::getline(ss, l);) std::printf("[pod 0] %s\n", l.c_str());
-    std::fflush(stdout);
-  };
-  std::set<std::string> checked;  // pods whose resources were compared with the plan
-  while (true) {
-    const JobPods job = job_pods(run, s);
-    if (job.uid.empty() && s.engine != "kuberay")
-      fail("deploy submit: ", job_kind(s), " ", s.job_name, " is not in namespace ", ns, " after `", applied.line(), "`");
-    int succeeded = 0, failed = 0, total = 0;
-    std::vector<json> failed_pods;
-    for (const auto& pod : job.pods) {
-      ++total;
-      const std::string name = pod.value("metadata", json::object()).value("name", "?");
-      if (checked.insert(name).second) {  // a pod unlike the plan would wait or fail for nothing
-        std::string bad;
-        for (const Check& c : worker_pod_checks(s, pod))
-          if (!c.ok) bad += "\n  " + c.subject + ": " + c.what + ": " + c.detail;
-        if (!bad.empty()) fail("deploy submit: ", s.job_name, ": a worker pod differs from the plan:", bad);
-      }
-      const std::string phase = pod.value("status", json::object()).value("phase", "Pending");
-      if (pod_index(pod) == 0 || (rank0.empty() && pod_index(pod) < 0)) rank0 = name;
-      std::string state = phase;
-      if (phase == "Pending") {
-        const std::string why = pending_reason(pod);
-        if (!why.empty()) state += " (" + why + ")";
-      }
-      if (said[name] != state) {
-        said[name] = state;
-        std::printf("deploy submit: pod %s: %s\n", name.c_str(), state.c_str());
-        std::fflush(stdout);
-      }
-      succeeded += phase == "Succeeded";
-      if (phase == "Failed") {
-        ++failed;
-        failed_pods.push_back(pod);
-      }
-    }
-    show_rank0(false);
-    const bool done = total > 0 && (failed > 0 || succeeded == s.gpu.count);
-    if (done) {
-      show_rank0(true);
-      if (failed == 0) {
-        std::printf("deploy submit: %s completed: %d of %d pods succeeded\n", s.job_name.c_str(), succeeded,
-                    s.gpu.count);
-        return 0;
-      }
-      std::string report;
-      for (const json& pod : failed_pods) {
-        const std::string name = pod["metadata"].value("name", "?");
-        const ToolRun r = run.run({"kubectl", "-n", ns, "logs", name});
-        report += "\n  pod " + name + " (index " + std::to_string(pod_index(pod)) + ") failed";
-        for (const std::string& l : why_lines(r.out)) report += "\n    " + l;
-      }
-      fail("deploy submit: ", s.job_name, " failed:", report, "\n(`shardtrain deploy logs --cluster ", s.path,
-           "` shows a pod's whole log)");
-    }
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (waited > o.timeout_s)
-      fail("deploy submit: ", s.job_name, " did not finish within ", static_cast<int>(o.timeout_s), " s (",
-           succeeded, " of ", s.gpu.count, " pods succeeded); it keeps running: `shardtrain deploy status`");
-    std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_s));
-  }
-}
-
-int deploy_status(const ClusterSpec& s) {
-  const ToolRunner run;
-  const JobPods job = job_pods(run, s);
-  std::printf("%-40s %-6s %-10s %s\n", "pod", "index", "phase", "node / why");
-  for (const auto& pod : job.pods) {
-    const std::string phase = pod.value("status", json::object()).value("phase", "Pending");
-    const std::string where = phase == "Pending" ? pending_reason(pod)
-                                                 : pod.value("spec", json::object()).value("nodeName", "");
-    std::printf("%-40s %-6d %-10s %s\n", pod["metadata"].value("name", "?").c_str(), pod_index(pod), phase.c_str(),
-                where.c_str());
-  }
-  if (job.pods.empty()) std::printf("(no pods of %s in %s)\n", s.job_name.c_str(), s.namespace_.c_str());
-  return 0;
-}
-
-int deploy_logs(const ClusterSpec& s, int rank) {
-  const ToolRunner run;
-  const int want = rank < 0 ? 0 : rank / std::max(1, s.pod_gpus);
-  for (const auto& pod : job_pods(run, s).pods) {
-    if (pod_index(pod) != want) continue;
-    const ToolRun r = run.run({"kubectl", "-n", s.namespace_, "logs", pod["metadata"].value("name", "")});
-    if (r.code != 0) fail("deploy logs: `", r.line(), "` exited ", r.code, ":\n", r.err_tail());
-    const std::string tag = "[rank " + std::to_string(rank) + "]";
-    std::stringstream ss(r.out);
-    for (std::string l; std::getline(ss, l);)
-      if (rank < 0 || l.rfind(tag, 0) == 0) std::printf("%s\n", l.c_str());
-    return 0;
-  }
-  fail("deploy logs: no pod with index ", want, " (rank ", std::max(rank, 0), ") of ", s.job_name, " in ",
-       s.namespace_);
-}
-
-int deploy_down(const ClusterSpec& s, const std::string& out_dir) {
-  const ToolRunner run((fs::path(out_dir) / "deploy.log").string());
-  for (const char* f : {"job.yaml", "workload.yaml"}) {
-    const ToolRun r = run.run({"kubectl", "delete", "--ignore-not-found", "-f", (fs::path(out_dir) / f).string()});
-    if (r.code != 0) fail("deploy down: `", r.line(), "` exited ", r.code, ":\n", r.err_tail());
-    std::printf("%s", r.out.c_str());
-  }
-  return 0;
-}
-
 int deploy_destroy(const ClusterSpec& s, const std::string& out_dir) {
   const ToolRunner run((fs::path(out_dir) / "deploy.log").string());
   for (const std::vector<std::string>& argv :
@@ -505,7 +323,7 @@ int deploy_destroy(const ClusterSpec& s, const std::string& out_dir) {
                                  "--wait"},
         std::vector<std::string>{"aws", "ec2", "delete-placement-group", "--group-name", s.gpu.placement_group,
                                  "--region", s.region}}) {
-    if (argv[0] == "aws" && !s.gpu.efa) continue;
+    if (argv[0] == "aws" && !uses_placement_group(s)) continue;
     std::printf("  $ %s\n", shell_line(argv).c_str());
     std::fflush(stdout);
     const ToolRun r = run.run(argv);

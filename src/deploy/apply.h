@@ -8,6 +8,7 @@
 #include <string>
 
 #include "deploy/cluster_file.h"
+#include "deploy/submit.h"
 
 namespace st {
 
@@ -26,25 +27,6 @@ int deploy_apply(const ClusterSpec& spec, const ApplyOptions& options);
 // prints the table (or JSON) and returns 0 when all pass, 1 otherwise.
 int deploy_verify(const ClusterSpec& spec, bool json, const std::string& log_path);
 
-struct SubmitOptions {
-  std::string out_dir;        // the artifacts (job.yaml) and deploy.log
-  double timeout_s = 86400;   // give up (exit 1) after this long
-  double poll_s = 2;          // how often the pods are looked at
-};
-
-// Step 8: applies the workload's job, reports why pods are Pending (their PodScheduled
-// condition, e.g. "0/3 nodes are available: 2 Insufficient vpc.amazonaws.com/efa"),
-// prints rank 0's log as it grows and a failing pod's log, and ends with the job's
-// result: 0 when it completed. A rank that refused its transport
-// (--expect-transport) is named with the line that says so.
-int deploy_submit(const ClusterSpec& spec, const SubmitOptions& options);
-
-// `deploy status`: the job and its pods. `deploy logs`: a pod's log (the pod of
-// global rank `rank`, its lines only; rank < 0: pod 0, everything).
-int deploy_status(const ClusterSpec& spec);
-int deploy_logs(const ClusterSpec& spec, int rank);
-// `deploy down`: deletes the job and the workload (the cluster stays).
-int deploy_down(const ClusterSpec& spec, const std::string& out_dir);
 // `deploy destroy`: deletes the cluster and its placement group.
 int deploy_destroy(const ClusterSpec& spec, const std::string& out_dir);
 

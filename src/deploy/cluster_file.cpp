@@ -30,7 +30,23 @@ void node_group_keys(std::vector<Key>& keys, const std::string& sec, NodeGroupSp
   if (sec == "nodes.gpu") keys.push_back({sec + ".placement_group", &g.placement_group, "cluster placement group"});
 }
 
-std::vector<Key> cluster_file_keys(ClusterSpec& spec) {
+// [nodes.gpu.facts]: a type the built-in table does not have, described by the file.
+void facts_keys(std::vector<Key>& keys, InstanceFacts& f) {
+  const std::string sec = "nodes.gpu.facts";
+  keys.push_back({sec + ".vcpus", &f.vcpus, "vCPUs of the instance type", closed(1, 4096)});
+  keys.push_back({sec + ".memory_gib", &f.memory_gib, "memory (GiB)", closed(1, 1 << 20)});
+  keys.push_back({sec + ".gpus", &f.gpus, "GPUs", closed(1, 64)});
+  keys.push_back({sec + ".gpu_model", &f.gpu_model, "GPU model"});
+  keys.push_back({sec + ".gpu_memory_gib", &f.gpu_memory_gib, "memory per GPU (GiB)", closed(0, 4096)});
+  keys.push_back({sec + ".efa_interfaces", &f.efa_interfaces, "EFA interfaces (0: none)", closed(0, 64)});
+  keys.push_back({sec + ".efa_rdma", &f.efa_rdma, "GPUDirect RDMA over EFA"});
+  keys.push_back({sec + ".network_gbps", &f.network_gbps, "network bandwidth (Gbps)", closed(0, 100000)});
+  keys.push_back({sec + ".max_pods", &f.max_pods, "EKS max pods per node (VPC CNI defaults)", closed(1, 1000)});
+  keys.push_back({sec + ".quota_code", &f.quota_code, "Service Quotas code of its on-demand vCPU quota"});
+  keys.push_back({sec + ".quota_name", &f.quota_name, "that quota's name"});
+}
+
+std::vector<Key> cluster_file_keys(ClusterSpec& spec, InstanceFacts& gpu_facts) {
   std::vector<Key> k = {
       {"cluster.name", &spec.name, "EKS cluster name"},
       {"cluster.region", &spec.region, "AWS region"},
@@ -44,12 +60,14 @@ std::vector<Key> cluster_file_keys(ClusterSpec& spec) {
   };
   node_group_keys(k, "nodes.system", spec.system);
   node_group_keys(k, "nodes.gpu", spec.gpu);
+  facts_keys(k, gpu_facts);
   const std::vector<Key> rest = {
       {"image.repository", &spec.image_repository, "container image repository"},
       {"image.digest", &spec.image_digest, "sha256:... the image is pinned to"},
       {"image.tag", &spec.image_tag, "tag (unpinned images only)"},
       {"image.base", &spec.base_image, "the Dockerfile's FROM"},
       {"image.allow_unpinned", &spec.allow_unpinned, "allow an image without a digest"},
+      {"image.efa_installer_sha256", &spec.efa_installer_sha256, "SHA-256 of the EFA installer tarball"},
       {"workload.engine", &spec.engine, "Kubernetes workload", {}, {"job", "kuberay", "pytorchjob"}},
       {"workload.namespace", &spec.namespace_, "namespace"},
       {"workload.name", &spec.job_name, "job name"},
@@ -121,9 +139,12 @@ static ClusterSpec load_cluster_file_unclassified(const std::string& path) {
 
   toml::table root = parse_toml_file(path, "the cluster file");
 
-  Schema schema(cluster_file_keys(spec));
+  InstanceFacts gpu_facts;
+  Schema schema(cluster_file_keys(spec, gpu_facts));
   schema.read_toml(root, path);
   schema.check();
+  bool facts_given = false;
+  for (const Key& k : schema.keys()) facts_given |= k.name.rfind("nodes.gpu.facts.", 0) == 0 && schema.was_set(k.name);
 
   // What must be there, and names Kubernetes and AWS accept.
   auto need = [&](const std::string& v, const char* key) {
@@ -150,9 +171,32 @@ static ClusterSpec load_cluster_file_unclassified(const std::string& path) {
   for (NodeGroupSpec* g : {&spec.system, &spec.gpu}) {
     const std::string sec = g == &spec.system ? "nodes.system" : "nodes.gpu";
     g->facts = find_instance(g->instance_type);
+    if (g == &spec.gpu && facts_given) {
+      if (g->facts)
+        fail(path, ": [nodes.gpu.facts] is for a type outside the built-in instance table, but '", g->instance_type,
+             "' is in it: remove the table (docs/instance_facts.md lists the built-in facts)");
+      for (const char* key : {"vcpus", "memory_gib", "gpus", "max_pods"})
+        if (!schema.was_set(std::string("nodes.gpu.facts.") + key))
+          fail(path, ": nodes.gpu.facts.", key, " must be set (", g->instance_type, " is not in the built-in table)");
+      gpu_facts.type = g->instance_type;
+      // The on-demand vCPU quota the family draws from, where it is one of these.
+      const char family = g->instance_type.empty() ? ' ' : g->instance_type.front();
+      if (gpu_facts.quota_code.empty() && (family == 'g' || family == 'p')) {
+        gpu_facts.quota_code = family == 'g' ? "L-DB2E81BA" : "L-417A185B";
+        gpu_facts.quota_name = family == 'g' ? "Running On-Demand G and VT instances" : "Running On-Demand P instances";
+      }
+      if (gpu_facts.quota_code.empty())
+        fail(path, ": nodes.gpu.facts.quota_code must be set for ", g->instance_type,
+             " (the Service Quotas code of the on-demand vCPU quota it draws from)");
+      if (gpu_facts.quota_name.empty()) gpu_facts.quota_name = gpu_facts.quota_code;
+      if (gpu_facts.gpu_model.empty()) gpu_facts.gpu_model = "GPU";
+      g->own_facts = std::make_shared<const InstanceFacts>(gpu_facts);
+      g->facts = g->own_facts.get();
+    }
     if (!g->facts)
       fail(path, ": ", sec, ".instance_type = '", g->instance_type, "' is not in the built-in instance table (",
-           instance_list(), "); docs/instance_facts.md says how to add one");
+           instance_list(), "); describe it in [nodes.gpu.facts] (docs/deploy.md) or add it to the table "
+           "(docs/instance_facts.md)");
     dns_label(g->name, (sec + ".name").c_str(), 63);
   }
   if (spec.gpu.placement_group.empty()) spec.gpu.placement_group = spec.name + "-gpu";

@@ -6,6 +6,7 @@
 // recipe; docs/deploy.md explains every key.
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,10 @@ struct NodeGroupSpec {
   int volume_gib = 100;
   std::string placement_group;                // cluster placement group (GPU group; "" = "<cluster>-gpu")
   std::map<std::string, std::string> labels;  // extra node labels
-  const InstanceFacts* facts = nullptr;       // from the built-in table
+  const InstanceFacts* facts = nullptr;       // from the built-in table, or `own_facts`
+  // [nodes.gpu.facts]: the facts of a type outside the built-in table, as the file
+  // gives them (shared, so that `facts` stays valid when the spec is copied).
+  std::shared_ptr<const InstanceFacts> own_facts;
 };
 
 struct ClusterSpec {
@@ -48,6 +52,7 @@ struct ClusterSpec {
   std::string image_repository, image_digest, image_tag;
   std::string base_image;                     // the Dockerfile's FROM (repository[:tag]@sha256:...)
   bool allow_unpinned = false;
+  std::string efa_installer_sha256;           // the EFA installer tarball's SHA-256 (64 hex digits)
 
   // [workload]
   std::string engine = "job";                 // job | kuberay | pytorchjob

@@ -84,6 +84,11 @@ std::vector<Finding> preflight(const ClusterSpec& s, const PreflightOptions& o) 
                " = \"efa\": without an EFA device in the pod NCCL cannot use EFA and every rank would refuse its "
                "transport once the nodes are paid for; ask for the node's " + std::to_string(g.efa_interfaces) +
                " (or leave the key out), or expect \"socket\"");
+  if (s.gpu.efa && s.pod_efa > 0 && s.pod_efa < g.efa_interfaces)
+    note("workload.resources.efa", "a pod asks for " + std::to_string(s.pod_efa) + " of the " +
+                                       std::to_string(g.efa_interfaces) + " EFA interfaces of a " + type +
+                                       ": NCCL gets that share of the node's EFA bandwidth and the rest stays idle; "
+                                       "leave the key out to take all " + std::to_string(g.efa_interfaces));
   if (s.expect_transport == "efa" && !s.gpu.efa)
     refuse("train.expect_transport", "expect_transport = \"efa\" with nodes.gpu.efa = false: every rank would "
                                      "refuse to train; enable EFA or expect \"socket\"");
@@ -139,6 +144,22 @@ std::vector<Finding> preflight(const ClusterSpec& s, const PreflightOptions& o) 
   else if (s.base_image.find("@") != std::string::npos && !is_digest(s.base_image.substr(s.base_image.find('@') + 1)))
     refuse("image.base", "'" + s.base_image.substr(s.base_image.find('@') + 1) + "' is not a sha256 digest");
 
+  // The EFA installer the Dockerfile downloads: checked against its SHA-256, so a
+  // rebuild installs the same bytes (or fails).
+  const bool sha_ok = s.efa_installer_sha256.size() == 64 &&
+                      std::all_of(s.efa_installer_sha256.begin(), s.efa_installer_sha256.end(), [](char c) {
+                        return std::isxdigit(static_cast<unsigned char>(c)) && !std::isupper(static_cast<unsigned char>(c));
+                      });
+  if (!s.efa_installer_sha256.empty() && !sha_ok)
+    refuse("image.efa_installer_sha256", "'" + s.efa_installer_sha256 + "' is not a SHA-256 (64 lower-case hex digits)");
+  if (s.gpu.efa && s.efa_installer_sha256.empty()) {
+    const std::string what = "the Dockerfile downloads the EFA installer without a checksum to compare it with; set "
+                             "image.efa_installer_sha256 (sha256sum of aws-efa-installer-<version>.tar.gz, "
+                             "downloaded once and checked)";
+    if (s.allow_unpinned) note("image.efa_installer_sha256", what + " (image.allow_unpinned = true: planned without)");
+    else refuse("image.efa_installer_sha256", what + " (or image.allow_unpinned = true)");
+  }
+
   // Capacity.
   if (s.gpu.capacity == "reservation" && s.gpu.capacity_reservation_id.rfind("cr-", 0) != 0)
     refuse("nodes.gpu.capacity_reservation_id", "capacity = \"reservation\" needs the reservation's id (cr-...)");
@@ -149,6 +170,13 @@ std::vector<Finding> preflight(const ClusterSpec& s, const PreflightOptions& o) 
     refuse("nodes.gpu.count", std::to_string(s.gpu.count) + " x " + type + " need " + std::to_string(need) +
                                   " vCPU of \"" + g.quota_name + "\" (" + g.quota_code + ") but the quota is " +
                                   std::to_string(*o.vcpu_quota) + "; ask AWS for more or use a capacity reservation");
+  if (s.gpu.own_facts)
+    note("nodes.gpu.facts", type + " is described by the cluster file, not the built-in table: " +
+                                std::to_string(g.vcpus) + " vCPU, " + fmt(g.memory_gib) + " GiB, " +
+                                std::to_string(g.gpus) + " GPUs, " + std::to_string(g.efa_interfaces) +
+                                " EFA interfaces, max " + std::to_string(g.max_pods) +
+                                " pods; every check above used these figures (compare them with `aws ec2 "
+                                "describe-instance-types --instance-types " + type + "`)");
   if (s.system.facts && s.system.facts->gpus > 0)
     note("nodes.system.instance_type", s.system.instance_type + " has GPUs; the system group needs none");
 

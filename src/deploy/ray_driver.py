@@ -13,6 +13,7 @@ runs it on the Ray head:
 4. Runs one task per bundle (num_gpus=G, never retried). Task i runs
        <binary> launch --nproc-per-node G --nnodes N --node-rank i
                 --master-addr <bundle 0's IP> --master-port P -- <arguments after -->
+   in --workdir (default /workspace, the pod's output volume: the run's runs/... go there)
    and prints its output (stdout and stderr) line by line as "[node i] ...". Ray sets
    CUDA_VISIBLE_DEVICES for a task with num_gpus, and shardtrain respects it. The head is
    started with num-gpus 0, so the tasks land on the workers.
@@ -51,6 +52,9 @@ def _parser():
                    help="seconds to wait for the nodes and the placement group (default 600)")
     p.add_argument("--cpus-per-node", type=int, default=None, metavar="C",
                    help="CPUs to reserve per node beside the GPUs (default none)")
+    p.add_argument("--workdir", default="/workspace", metavar="DIR",
+                   help="absolute directory each node's `launch` runs in, where the run writes runs/... "
+                        "(default /workspace, the worker pod's output volume)")
     return p
 
 
@@ -76,6 +80,8 @@ def parse_args(argv):
         p.error(f"--wait-s must be a number of seconds, 0 or more, not {opts.wait_s}")
     if opts.cpus_per_node is not None and opts.cpus_per_node < 0:
         p.error(f"--cpus-per-node must be 0 or more, not {opts.cpus_per_node}")
+    if not opts.workdir.startswith("/"):
+        p.error(f"--workdir must be an absolute directory, not {opts.workdir!r}")
     if not rest:
         p.error("no shardtrain arguments: give them after `--`, e.g. "
                 "-- train --config /etc/shardtrain/config.toml")
@@ -154,15 +160,15 @@ def prefix_line(node_rank, line):
     return f"[node {node_rank}] {line}"
 
 
-def run_command(node_rank, argv, out=None):
-    """Runs argv, printing its stdout and stderr line by line through prefix_line to `out`
+def run_command(node_rank, argv, out=None, cwd=None):
+    """Runs argv (in directory cwd when given), printing its stdout and stderr line by line through prefix_line to `out`
     (stdout by default); returns its exit code (127 when it cannot be started). An exception
     while it runs (a cancelled Ray task gets KeyboardInterrupt) stops it with SIGTERM, then
     SIGKILL after STOP_GRACE_S."""
     out = out or sys.stdout
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True, errors="replace", bufsize=1)
+                                text=True, errors="replace", bufsize=1, cwd=cwd)
     except OSError as e:
         print(prefix_line(node_rank, f"cannot start {argv[0]}: {e}"), file=out, flush=True)
         return 127
@@ -226,13 +232,15 @@ def main(argv=None):
         return ray.util.get_node_ip_address()
 
     @ray.remote(num_gpus=g, num_cpus=opts.cpus_per_node or 0, max_retries=0)
-    def run_node(i, argv):
-        return run_command(i, argv)
+    def run_node(i, argv, workdir):
+        # Not the Ray worker's own directory: the run's files go to the pod's volume.
+        return run_command(i, argv, cwd=workdir)
 
     addrs = ray.get([node_ip.options(scheduling_strategy=on(i)).remote() for i in range(n)])
     print(f"master {addrs[0]}:{opts.master_port}; nodes: {', '.join(addrs)}", flush=True)
     pending = {run_node.options(scheduling_strategy=on(i)).remote(
-        i, node_command(opts.binary, n, g, i, addrs[0], opts.master_port, opts.args)): i for i in range(n)}
+        i, node_command(opts.binary, n, g, i, addrs[0], opts.master_port, opts.args), opts.workdir): i
+        for i in range(n)}
     results, stopping = [], False
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "core/error.h"
 #include "deploy/tools.h"
@@ -54,6 +56,10 @@ ojson worker_env(const ClusterSpec& s) {
   for (const auto& [k, v] : s.env) set(k, v);
   ojson out = ojson::array();
   for (const auto& [k, v] : env) out.push_back({{"name", k}, {"value", v}});
+  // The rendezvous admits only ranks that hold the run's secret: from its Secret,
+  // which `deploy apply` / `submit` create with a random value (never in the plan).
+  out.push_back({{"name", kJobSecretKey},
+                 {"valueFrom", {{"secretKeyRef", {{"name", job_secret_name(s)}, {"key", kJobSecretKey}}}}}});
   return out;
 }
 
@@ -76,6 +82,32 @@ std::vector<std::string> train_args(const ClusterSpec& s) {
 std::string config_map_name(const ClusterSpec& s) { return s.job_name + "-config"; }
 
 }  // namespace
+
+std::string job_secret_name(const ClusterSpec& s) { return s.job_name + "-job-secret"; }
+
+bool uses_placement_group(const ClusterSpec& s) { return s.gpu.efa && s.gpu.capacity != "reservation"; }
+
+std::string eks_registry(const std::string& region) {
+  // "View Amazon container image registries for Amazon EKS add-ons" (EKS User Guide):
+  // most regions share account 602401143452; these have their own.
+  static const std::map<std::string, std::string> own = {
+      {"af-south-1", "877085696533"},     {"ap-east-1", "800184023465"},    {"ap-southeast-3", "296578399912"},
+      {"ap-south-2", "900889452093"},     {"ap-southeast-4", "491585149902"}, {"ap-southeast-6", "333609536671"},
+      {"ap-southeast-7", "121268973566"}, {"cn-north-1", "918309763551"},   {"cn-northwest-1", "961992271922"},
+      {"eu-south-1", "590381155156"},     {"eu-south-2", "455263428931"},   {"eu-central-2", "900612956339"},
+      {"il-central-1", "066635153087"},   {"mx-central-1", "730335286997"}, {"me-south-1", "558608220178"},
+      {"me-central-1", "759879836304"},   {"ca-west-1", "761377655185"},    {"us-gov-east-1", "151742754352"},
+      {"us-gov-west-1", "013241004608"}};
+  static const std::set<std::string> shared = {
+      "ap-south-1",   "ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-southeast-1", "ap-southeast-2",
+      "eu-central-1", "eu-west-1",      "eu-west-2",      "eu-west-3",      "eu-north-1",     "us-east-1",
+      "us-east-2",    "us-west-1",      "us-west-2",      "ca-central-1",   "sa-east-1"};
+  std::string account;
+  if (const auto it = own.find(region); it != own.end()) account = it->second;
+  else if (shared.count(region)) account = "602401143452";
+  else return "";
+  return account + ".dkr.ecr." + region + (region.rfind("cn-", 0) == 0 ? ".amazonaws.com.cn" : ".amazonaws.com");
+}
 
 ojson worker_pod_spec(const ClusterSpec& s, const std::vector<std::string>& command) {
   ojson container = {
@@ -166,7 +198,10 @@ ojson eksctl_config(const ClusterSpec& s) {
                {"volumeSize", s.gpu.volume_gib},
                {"labels", gpu_labels},
                {"taints", ojson::array({{{"key", "nvidia.com/gpu"}, {"value", "true"}, {"effect", "NoSchedule"}}})}};
-  if (s.gpu.efa) gpu["placement"] = {{"groupName", s.gpu.placement_group}};
+  // A capacity reservation already fixes where its instances are (eksctl adds no
+  // placement group of its own with one): a second group could only make the
+  // reservation's instances fail to launch (InsufficientInstanceCapacity).
+  if (uses_placement_group(s)) gpu["placement"] = {{"groupName", s.gpu.placement_group}};
   if (s.gpu.capacity == "reservation")
     gpu["capacityReservation"] = {
         {"capacityReservationTarget", {{"capacityReservationID", s.gpu.capacity_reservation_id}}}};
@@ -184,7 +219,12 @@ ojson nvidia_values(const ClusterSpec& s) {
   return {{"nodeSelector", {{kGpuLabel, "true"}}}, {"tolerations", gpu_tolerations()}};
 }
 ojson efa_values(const ClusterSpec& s) {
-  return {{"nodeSelector", {{kGpuLabel, "true"}}}, {"tolerations", gpu_tolerations()}};
+  ojson v = {{"nodeSelector", {{kGpuLabel, "true"}}}, {"tolerations", gpu_tolerations()}};
+  // The chart's default image is in us-west-2's registry: a node elsewhere would pull
+  // it across regions (or, in a region with its own EKS registry account, not at all).
+  const std::string registry = eks_registry(s.region);
+  if (!registry.empty()) v["image"] = {{"repository", registry + "/eks/aws-efa-k8s-device-plugin"}};
+  return v;
 }
 ojson kuberay_values(const ClusterSpec& s) { return {{"nodeSelector", {{kNodeGroupLabel, s.system.name}}}}; }
 
@@ -285,7 +325,8 @@ ojson ray_cluster(const ClusterSpec& s) {
 
 ojson ray_job(const ClusterSpec& s) {
   std::vector<std::string> entry = {"python3", kDriver, "--nnodes", std::to_string(s.gpu.count), "--nproc-per-node",
-                                    std::to_string(s.pod_gpus), "--master-port", std::to_string(s.master_port), "--"};
+                                    std::to_string(s.pod_gpus), "--master-port", std::to_string(s.master_port),
+                                    "--workdir", "/workspace", "--"};
   for (const std::string& a : train_args(s)) entry.push_back(a);
   return {{"apiVersion", "ray.io/v1"},
           {"kind", "RayJob"},
@@ -293,6 +334,9 @@ ojson ray_job(const ClusterSpec& s) {
           {"spec",
            {{"entrypoint", shell_line(entry)},
             {"clusterSelector", {{"ray.io/cluster", s.job_name}}},
+            // Ray folds lines that look alike across nodes ("[repeated 2x across
+            // cluster]"), numbers ignored: "[node 0] ..." and "[node 1] ..." would fold.
+            {"runtimeEnvYAML", "env_vars:\n  RAY_DEDUP_LOGS: \"0\"\n"},
             {"submissionMode", "K8sJobMode"},
             {"backoffLimit", s.backoff_limit}}}};
 }
@@ -341,8 +385,17 @@ std::string dockerfile(const ClusterSpec& s) {
   if (s.gpu.efa) {
     d += "# EFA in user space: libfabric and the aws-ofi-nccl plugin that NCCL_NET_PLUGIN=ofi loads (the host\n";
     d += "# AMI has the kernel driver).\n";
+    if (!s.efa_installer_sha256.empty())
+      d += "# The tarball must match image.efa_installer_sha256, or the build stops.\n"
+           "ARG EFA_INSTALLER_SHA256=" + s.efa_installer_sha256 + "\n";
+    else
+      d += "# Unverified: image.efa_installer_sha256 is not set (image.allow_unpinned).\n";
     d += "RUN cd /tmp && curl -fsSLO https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz "
-         "\\\n    && tar -xzf aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz && cd aws-efa-installer \\\n"
+         "\\\n";
+    if (!s.efa_installer_sha256.empty())
+      d += "    && echo \"${EFA_INSTALLER_SHA256}  aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz\" | sha256sum -c - "
+           "\\\n";
+    d += "    && tar -xzf aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz && cd aws-efa-installer \\\n"
          "    && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify \\\n"
          "    && cd / && rm -rf /tmp/aws-efa-installer* /var/lib/apt/lists/*\n";
     d += "ENV LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:"
@@ -419,13 +472,17 @@ std::vector<PlanStep> plan_steps(const ClusterSpec& s, const std::string& dir) {
   cap.commands.push_back({"aws", "ec2", "describe-instance-type-offerings", "--location-type",
                                   "availability-zone", "--filters", "Name=instance-type,Values=" + s.gpu.instance_type,
                                   "Name=location,Values=" + zone, "--region", s.region, "--output", "json"});
-  if (s.gpu.efa)
+  if (uses_placement_group(s))
     cap.commands.push_back({"aws", "ec2", "create-placement-group", "--group-name", s.gpu.placement_group,
                                     "--strategy", "cluster", "--region", s.region});
   cap.commands.push_back({"eksctl", "create", "cluster", "-f", at("eksctl-cluster.yaml"), "--install-nvidia-plugin=false"});
   cap.notes.push_back(std::to_string(s.gpu.count) + " x " + s.gpu.instance_type + " = " +
                       std::to_string(s.gpu.count * g.vcpus) + " vCPU of \"" + g.quota_name + "\" (" + g.quota_code +
                       ")");
+  if (s.gpu.efa && !uses_placement_group(s))
+    cap.notes.push_back("no placement group of ours: capacity reservation " + s.gpu.capacity_reservation_id +
+                        " already decides where its instances run, and a second group could keep them from "
+                        "launching");
   cap.notes.push_back("the NVIDIA device plugin comes from its Helm chart in step 4 (one owner), so eksctl is told "
                       "not to install its own");
   steps.push_back(cap);

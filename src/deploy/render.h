@@ -38,6 +38,20 @@ std::vector<Artifact> render_artifacts(const ClusterSpec& spec);
 // The steps, with artifact paths under `out_dir` as the commands will name them.
 std::vector<PlanStep> plan_steps(const ClusterSpec& spec, const std::string& out_dir);
 
+// The run's job secret (the rendezvous' SHARDTRAIN_JOB_SECRET): the Secret's name,
+// "<workload.name>-job-secret", and its key. Every worker pod reads it through
+// secretKeyRef; `deploy apply` / `submit` create it (deploy/submit.h).
+std::string job_secret_name(const ClusterSpec& spec);
+inline constexpr const char* kJobSecretKey = "SHARDTRAIN_JOB_SECRET";
+
+// Whether the GPU node group gets a cluster placement group of ours: with EFA, unless
+// the nodes come from a capacity reservation (which already has its placement).
+bool uses_placement_group(const ClusterSpec& spec);
+
+// The region's registry of EKS add-on images ("<account>.dkr.ecr.<region>.amazonaws.com"),
+// or "" for a region this build does not know (the chart's default image is used).
+std::string eks_registry(const std::string& region);
+
 // The worker pod template (the one every engine uses), for checks and tests.
 ojson worker_pod_spec(const ClusterSpec& spec, const std::vector<std::string>& command);
 

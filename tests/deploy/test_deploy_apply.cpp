@@ -473,7 +473,7 @@ TEST(DeployDestroy, AsksFirstUnlessYes) {
 
 // The recipe turned into a CPU test job: the tiny model, a few steps, 4 ranks per pod
 // over Gloo, a free rendezvous port; `expect` is train.expect_transport.
-fs::path tiny_cluster(const fs::path& dir, const std::string& expect, int port) {
+fs::path tiny_cluster(const fs::path& dir, const std::string& expect, int port, const std::string& engine = "job") {
   fs::create_directories(dir / "configs/deploy");
   fs::copy_file(kRoot / "configs/tiny.toml", dir / "configs/tiny.toml", fs::copy_options::overwrite_existing);
   std::string s = read_file(kRecipe);
@@ -491,6 +491,7 @@ fs::path tiny_cluster(const fs::path& dir, const std::string& expect, int port) 
       "\"train.log_every\" = 1\n\"model.layers\" = 2\n\"data.source\" = \"random\"\n\"run.progress\" = \"off\"\n"
       "\"dist.timeout_s\" = 60");
   sub("# env = { FI_EFA_FORK_SAFE = \"1\" }", "env = { OPENBLAS_NUM_THREADS = \"1\" }");
+  sub("engine = \"job\"", "engine = \"" + engine + "\"");
   const fs::path p = dir / "configs/deploy/tiny.toml";
   std::ofstream(p) << s;
   return p;
@@ -609,6 +610,90 @@ TEST(DeploySubmit, PendingPodsSayWhy) {
   EXPECT_NE(r.out.find("1 Insufficient vpc.amazonaws.com/efa"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("did not finish within 3 s"), std::string::npos) << r.out;
 }
+
+
+// ---- apply --train: each engine's run on the test cluster, its operator emulated -------------
+
+// `deploy apply --train` on the recipe turned tiny, with aws, eksctl and helm as fakes
+// and the real kubectl against the test server, whose kubelet and operators run the
+// job (tests/support/README.md): every step, then the run followed to its end.
+st::testing::ShellResult apply_train(const fs::path& dir, const std::string& engine, const std::string& expect,
+                                     std::string* secret_env = nullptr) {
+  const fs::path cluster = tiny_cluster(dir, expect, test::free_port(), engine);
+  const fs::path bin = fake_tools(dir);
+  KubeServer server(empty_cluster(dir), dir, true);
+  const std::string cmd = server.env() + "PATH=" + bin.string() + ":$PATH SHARDTRAIN_DEPLOY_POLL_S=0.3 " +
+                          "SHARDTRAIN_DEPLOY_WAIT_S=30 timeout 240 " + SHARDTRAIN_BINARY + " deploy apply --train --cluster " +
+                          cluster.string() + " --out " + (dir / "out").string();
+  auto r = st::testing::run_shell(cmd);
+  if (secret_env) {  // what the secret looks like from the cluster: the Secret and a worker's env
+    *secret_env = st::testing::run_shell(server.env() + "kubectl -n shardtrain get secret qwen-train-job-secret "
+                                         "-o jsonpath='{.data.SHARDTRAIN_JOB_SECRET}' | base64 -d").out;
+  }
+  return r;
+}
+
+class ApplyTrain : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ApplyTrain, ReachesACompletedRun) {
+  if (!have_tools()) GTEST_SKIP() << "kubectl (scripts/get_kube_tools.sh) or python3-yaml is missing";
+  const std::string engine = GetParam();
+  const fs::path dir = temp_dir("train-" + engine);
+  std::string secret;
+  const auto r = apply_train(dir, engine, "", &secret);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[step 8/8] Submit and follow"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("world 8"), std::string::npos) << r.out;  // 2 pods x 4 ranks, one rendezvous
+  EXPECT_NE(r.out.find("done: 3 steps"), std::string::npos) << r.out;
+  // The rendezvous ran with the run's secret from its Secret: rank 0 did not warn.
+  EXPECT_EQ(r.out.find("no job secret"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("job secret shardtrain/qwen-train-job-secret created"), std::string::npos) << r.out;
+  EXPECT_EQ(secret.size(), 64u) << secret;
+  EXPECT_EQ(read_file(dir / "out/deploy.log").find(secret), std::string::npos) << "the secret was logged";
+  if (engine == "job") {
+    EXPECT_NE(r.out.find("[pod 0] [rank 0] step 3/3"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("qwen-train completed: 2 of 2 pods succeeded"), std::string::npos) << r.out;
+  } else if (engine == "kuberay") {
+    // The RayJob's transitions, then the driver's log (both nodes' launch through it).
+    for (const char* s : {"rayjob qwen-train: Running",
+                          "rayjob qwen-train: Complete (job SUCCEEDED)", "[driver] waiting for 2 nodes with 4 GPUs",
+                          "[driver] [node 0] [rank 0] step 3/3", "[driver] ray_driver: all 2 nodes exited 0",
+                          "qwen-train completed: rayjob Complete, job SUCCEEDED"})
+      EXPECT_NE(r.out.find(s), std::string::npos) << s << " in:\n" << r.out;
+    EXPECT_LT(r.out.find("rayjob qwen-train: Running"), r.out.find("Complete (job SUCCEEDED)")) << r.out;
+  } else {
+    // Created lasts only while the pods are Pending, which a poll may miss here;
+    // Running lasts the whole run.
+    for (const char* s : {"pytorchjob qwen-train: Running", "pytorchjob qwen-train: Succeeded",
+                          "pod qwen-train-master-0: Running", "pod qwen-train-worker-0: Running",
+                          "[master] [rank 0] step 3/3", "qwen-train completed: pytorchjob Succeeded"})
+      EXPECT_NE(r.out.find(s), std::string::npos) << s << " in:\n" << r.out;
+    EXPECT_LT(r.out.find("pytorchjob qwen-train: Running"), r.out.find("pytorchjob qwen-train: Succeeded")) << r.out;
+  }
+}
+
+// The same run with a transport the CPU ranks cannot meet: every engine's submit
+// exits non-zero, naming the cause as its controller reports it and the rank's line.
+TEST_P(ApplyTrain, AFailedRunIsNamed) {
+  if (!have_tools()) GTEST_SKIP() << "kubectl (scripts/get_kube_tools.sh) or python3-yaml is missing";
+  const std::string engine = GetParam();
+  const auto r = apply_train(temp_dir("train-fail-" + engine), engine, "efa");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("deploy submit: qwen-train failed: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fabric.expect_transport=efa checks NCCL's transport"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("completed"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step 1/3"), std::string::npos) << "no step may run: " << r.out;
+  if (engine == "kuberay")
+    EXPECT_NE(r.out.find("failed: rayjob Failed (job FAILED), reason AppFailed: Job entrypoint command failed with "
+                         "exit code 1"),
+              std::string::npos) << r.out;
+  if (engine == "pytorchjob")
+    EXPECT_NE(r.out.find("failed: pytorchjob Failed: PyTorchJob shardtrain/qwen-train has failed because 1 "),
+              std::string::npos) << r.out;
+  if (engine == "job") EXPECT_NE(r.out.find("failed: job "), std::string::npos) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, ApplyTrain, ::testing::Values("job", "kuberay", "pytorchjob"));
 
 }  // namespace
 }  // namespace st

@@ -329,6 +329,11 @@ TEST(Preflight, EachRefusalNamesItsKey) {
         {"allow_unpinned = true", "allow_unpinned = false"}},
        "image.base", "not pinned by digest"},
       {{{"capacity = \"on-demand\"", "capacity = \"reservation\""}}, "nodes.gpu.capacity_reservation_id", "cr-"},
+      // The EFA installer unchecked, and a checksum that is none.
+      {{{"allow_unpinned = true", "allow_unpinned = false"}}, "image.efa_installer_sha256",
+       "downloads the EFA installer without a checksum"},
+      {{{"allow_unpinned = true", "allow_unpinned = true\nefa_installer_sha256 = \"abc\""}},
+       "image.efa_installer_sha256", "'abc' is not a SHA-256"},
       {{}, "nodes.gpu.count", "need 96 vCPU of \"Running On-Demand G and VT instances\" (L-DB2E81BA) but the quota is 64",
        64},
       {{{"\"train.steps\" = 100", "\"train.steps\" = 100\n\"dist.shard_group_size\" = 3"}}, "train.set",
@@ -356,6 +361,187 @@ TEST(Preflight, AllocatableFollowsTheEksFormula) {
   const Allocatable a = eks_allocatable(*find_instance("g6.12xlarge"));
   EXPECT_NEAR(a.cpu, 48 - (0.06 + 0.01 + 0.01 + 44 * 0.0025), 1e-9);
   EXPECT_NEAR(a.memory_gib, 192 - (255 + 11 * 234 + 100) / 1024.0, 1e-9);
+}
+
+// A pod that takes fewer of the node's EFA interfaces than it has is planned, with a
+// note saying so; one that takes them all gets none.
+TEST(Preflight, FewerEfaInterfacesThanTheInstanceHasIsNoted) {
+  auto efa_notes = [](const std::vector<std::pair<std::string, std::string>>& edits) {
+    std::string notes;
+    for (const Finding& f : preflight(load_cluster_file(variant("efa-share", edits).string()), {})) {
+      EXPECT_FALSE(f.refusal && f.key == "workload.resources.efa") << f.message;
+      if (f.key == "workload.resources.efa") notes += f.message + "\n";
+    }
+    return notes;
+  };
+  const std::pair<std::string, std::string> p4d = {"instance_type = \"g6.12xlarge\"", "instance_type = \"p4d.24xlarge\""};
+  const std::string one = efa_notes({p4d, {"", "[workload.resources]\nefa = 1"}});
+  EXPECT_NE(one.find("a pod asks for 1 of the 4 EFA interfaces of a p4d.24xlarge"), std::string::npos) << one;
+  EXPECT_EQ(efa_notes({p4d}), "");                                                 // derived: all 4
+  EXPECT_EQ(efa_notes({p4d, {"", "[workload.resources]\nefa = 4"}}), "");
+  EXPECT_EQ(efa_notes({}), "");                                                    // g6.12xlarge: its one
+}
+
+std::string plan_commands(const ClusterSpec& s) {
+  std::string out;
+  for (const PlanStep& st : plan_steps(s, "OUT")) {
+    for (const auto& c : st.commands) out += shell_line(c) + "\n";
+    for (const auto& n : st.notes) out += "note: " + n + "\n";
+  }
+  return out;
+}
+
+// A capacity reservation has its own placement: the GPU node group gets no placement
+// group of ours, none is created or deleted. On demand, the EFA nodes keep theirs.
+TEST(DeployPlan, ACapacityReservationGetsNoPlacementGroupOfOurs) {
+  const ClusterSpec cr = load_cluster_file(
+      variant("cr", {{"capacity = \"on-demand\"", "capacity = \"reservation\"\ncapacity_reservation_id = "
+                                                  "\"cr-0123456789abcdef0\""}}).string());
+  const auto gpu = docs_of(render_artifacts(cr), "eksctl-cluster.yaml").at(0)["managedNodeGroups"][1];
+  EXPECT_FALSE(gpu.contains("placement")) << gpu.dump();
+  EXPECT_EQ(gpu["capacityReservation"]["capacityReservationTarget"]["capacityReservationID"], "cr-0123456789abcdef0");
+  const std::string cmds = plan_commands(cr);
+  EXPECT_EQ(cmds.find("create-placement-group"), std::string::npos) << cmds;
+  EXPECT_NE(cmds.find("aws ec2 describe-capacity-reservations --capacity-reservation-ids cr-0123456789abcdef0"),
+            std::string::npos) << cmds;
+  EXPECT_NE(cmds.find("note: no placement group of ours: capacity reservation cr-0123456789abcdef0"),
+            std::string::npos) << cmds;
+
+  const ClusterSpec od = load_cluster_file(kRecipe.string());
+  const auto od_gpu = docs_of(render_artifacts(od), "eksctl-cluster.yaml").at(0)["managedNodeGroups"][1];
+  EXPECT_EQ(od_gpu["placement"]["groupName"], "shardtrain-g6-gpu");
+  EXPECT_NE(plan_commands(od).find("aws ec2 create-placement-group --group-name shardtrain-g6-gpu --strategy cluster"),
+            std::string::npos);
+}
+
+// The EFA plugin's image from the cluster's own region's EKS registry (the chart's
+// default is us-west-2's), including the regions with an account of their own.
+TEST(DeployPlan, TheEfaPluginImageComesFromTheClustersRegion) {
+  for (const auto& [region, registry] : std::vector<std::pair<std::string, std::string>>{
+           {"us-east-1", "602401143452.dkr.ecr.us-east-1.amazonaws.com"},
+           {"eu-south-1", "590381155156.dkr.ecr.eu-south-1.amazonaws.com"},
+           {"cn-north-1", "918309763551.dkr.ecr.cn-north-1.amazonaws.com.cn"}}) {
+    const ClusterSpec s = load_cluster_file(
+        variant("region-" + region, {{"region = \"us-west-2\"", "region = \"" + region + "\""},
+                                     {"zones = [\"us-west-2a\", \"us-west-2b\"]",
+                                      "zones = [\"" + region + "a\", \"" + region + "b\"]"},
+                                     {"zones = [\"us-west-2a\"]", "zones = [\"" + region + "a\"]"}})
+            .string());
+    for (const Finding& f : preflight(s, {})) EXPECT_FALSE(f.refusal) << region << ": " << f.key << ": " << f.message;
+    const auto values = docs_of(render_artifacts(s), "helm/aws-efa-k8s-device-plugin.values.yaml").at(0);
+    EXPECT_EQ(values["image"]["repository"], registry + "/eks/aws-efa-k8s-device-plugin") << values.dump();
+  }
+  EXPECT_EQ(eks_registry("xx-nowhere-1"), "");  // unknown: the chart's default stays
+  const auto recipe = docs_of(render_artifacts(load_cluster_file(kRecipe.string())),
+                              "helm/aws-efa-k8s-device-plugin.values.yaml").at(0);
+  EXPECT_EQ(recipe["image"]["repository"], "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin");
+}
+
+// ---- [nodes.gpu.facts]: a type outside the built-in table ------------------------------
+
+const std::pair<std::string, std::string> kG5Big = {"instance_type = \"g6.12xlarge\"", "instance_type = \"g5.48xlarge\""};
+const std::string kG5BigFacts =
+    "[nodes.gpu.facts]\nvcpus = 192\nmemory_gib = 768\ngpus = 8\ngpu_model = \"NVIDIA A10G\"\ngpu_memory_gib = 24\n"
+    "efa_interfaces = 1\nnetwork_gbps = 100\nmax_pods = 737";
+
+// g5.48xlarge (8 x A10G, 192 vCPU, 768 GiB, 1 EFA) is not in the table: described by
+// the file, it is planned, sized and checked from those figures as a built-in type is.
+TEST(ClusterFile, AnInstanceOutsideTheTableIsDescribedByTheFile) {
+  const std::string without = error_of([&] { load_cluster_file(variant("g5-none", {kG5Big}).string()); });
+  EXPECT_NE(without.find("'g5.48xlarge' is not in the built-in instance table"), std::string::npos) << without;
+  EXPECT_NE(without.find("[nodes.gpu.facts]"), std::string::npos) << without;
+
+  const ClusterSpec s = load_cluster_file(variant("g5-facts", {kG5Big, {"", kG5BigFacts}}).string());
+  ASSERT_NE(s.gpu.facts, nullptr);
+  const ClusterSpec copy = s;  // the facts stay valid in a copy
+  EXPECT_EQ(copy.gpu.facts->vcpus, 192);
+  EXPECT_EQ(s.gpu.facts->type, "g5.48xlarge");
+  EXPECT_EQ(s.gpu.facts->quota_code, "L-DB2E81BA");  // a G type: the G and VT quota
+  EXPECT_EQ(s.pod_gpus, 8);
+  EXPECT_EQ(s.pod_efa, 1);
+  EXPECT_EQ(s.pod_cpu, 192 - 32);
+  EXPECT_EQ(s.world(), 16);
+  std::string notes;
+  for (const Finding& f : preflight(s, {})) {
+    EXPECT_FALSE(f.refusal) << f.key << ": " << f.message;
+    if (f.key == "nodes.gpu.facts") notes += f.message;
+  }
+  EXPECT_NE(notes.find("g5.48xlarge is described by the cluster file, not the built-in table: 192 vCPU, 768 GiB, "
+                       "8 GPUs, 1 EFA interfaces"), std::string::npos) << notes;
+  const auto arts = render_artifacts(s);
+  EXPECT_EQ(docs_of(arts, "eksctl-cluster.yaml").at(0)["managedNodeGroups"][1]["instanceType"], "g5.48xlarge");
+  const auto job = docs_of(arts, "job.yaml").at(0);
+  const auto& limits = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"];
+  EXPECT_EQ(limits["nvidia.com/gpu"], "8") << limits.dump();
+  EXPECT_EQ(limits["vpc.amazonaws.com/efa"], "1") << limits.dump();
+  // The same checks as a built-in type: the quota, the pod's GPUs, EFA.
+  PreflightOptions small;
+  small.vcpu_quota = 200;
+  bool quota = false;
+  for (const Finding& f : preflight(s, small))
+    quota |= f.refusal && f.message.find("need 384 vCPU of \"Running On-Demand G and VT instances\"") != std::string::npos;
+  EXPECT_TRUE(quota);
+  auto refusals = [](const ClusterSpec& x) {
+    std::string out;
+    for (const Finding& f : preflight(x, {}))
+      if (f.refusal) out += f.key + ": " + f.message + "\n";
+    return out;
+  };
+  const std::string no_efa = refusals(load_cluster_file(
+      variant("g5-noefa", {kG5Big, {"", std::regex_replace(kG5BigFacts, std::regex("efa_interfaces = 1"),
+                                                               "efa_interfaces = 0")}}).string()));
+  EXPECT_NE(no_efa.find("nodes.gpu.efa: g5.48xlarge has no EFA interfaces"), std::string::npos) << no_efa;
+  const std::string four = refusals(
+      load_cluster_file(variant("g5-4", {kG5Big, {"", "[workload.resources]\ngpus = 4\n" + kG5BigFacts}}).string()));
+  EXPECT_NE(four.find("g5.48xlarge has 8, the pod asks for 4"), std::string::npos) << four;
+}
+
+TEST(ClusterFile, InstanceFactsAreRefusedWhereTheyCannotBeRight) {
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> edits;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      // A built-in type keeps its table's facts.
+      {{{"", kG5BigFacts}}, "[nodes.gpu.facts] is for a type outside the built-in instance table, but 'g6.12xlarge'"},
+      {{kG5Big, {"", std::regex_replace(kG5BigFacts, std::regex("vcpus = 192\n"), "")}},
+       "nodes.gpu.facts.vcpus must be set"},
+      {{kG5Big, {"", std::regex_replace(kG5BigFacts, std::regex("gpus = 8\n"), "gpus = 0\n")}},
+       "nodes.gpu.facts.gpus"},
+      {{kG5Big, {"", kG5BigFacts + "\ncores = 96"}}, "unknown key 'nodes.gpu.facts.cores'"},
+      // No quota known for the family: the file must name it.
+      {{{"instance_type = \"g6.12xlarge\"", "instance_type = \"x9.gpu\""}, {"", kG5BigFacts}},
+       "nodes.gpu.facts.quota_code must be set for x9.gpu"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = error_of([&] { load_cluster_file(variant("facts-bad", c.edits).string()); });
+    EXPECT_NE(err.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in: " << err;
+  }
+}
+
+// The Dockerfile compares the EFA installer it downloads with image.efa_installer_sha256
+// before unpacking it; without one (allow_unpinned) it says it is unverified.
+TEST(DeployImage, TheEfaInstallerIsCheckedAgainstItsSha256) {
+  const std::string sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  auto dockerfile_of = [](const ClusterSpec& s) {
+    for (const Artifact& a : render_artifacts(s))
+      if (a.file == "Dockerfile") return a.text;
+    return std::string();
+  };
+  const ClusterSpec s = load_cluster_file(
+      variant("efa-sha", {{"allow_unpinned = true", "allow_unpinned = true\nefa_installer_sha256 = \"" + sha + "\""}})
+          .string());
+  const std::string d = dockerfile_of(s);
+  EXPECT_NE(d.find("ARG EFA_INSTALLER_SHA256=" + sha + "\n"), std::string::npos) << d;
+  const size_t check = d.find("&& echo \"${EFA_INSTALLER_SHA256}  aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz\" "
+                              "| sha256sum -c -");
+  ASSERT_NE(check, std::string::npos) << d;
+  EXPECT_LT(d.find("curl -fsSLO"), check);
+  EXPECT_LT(check, d.find("tar -xzf"));
+  for (const Finding& f : preflight(s, {})) EXPECT_NE(f.key, "image.efa_installer_sha256") << f.message;
+  const std::string unverified = dockerfile_of(load_cluster_file(kRecipe.string()));
+  EXPECT_NE(unverified.find("# Unverified: image.efa_installer_sha256 is not set"), std::string::npos) << unverified;
+  EXPECT_EQ(unverified.find("sha256sum"), std::string::npos) << unverified;
 }
 
 // ---- golden files and the command line ---------------------------------------------------
@@ -425,7 +611,8 @@ TEST(DeployPlanCli, WritesEverythingOrNothing) {
   EXPECT_NE(r.out.find("REFUSED image.digest"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("REFUSED image.base: the digest of the Dockerfile's base is the all-zero placeholder"),
             std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("refused by 3 preflight checks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("REFUSED image.efa_installer_sha256"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("refused by 4 preflight checks"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out2));
   // Pods without EFA while EFA is expected: refused before anything is written.
   const fs::path no_efa = variant("cli_no_efa", {{"", "[workload.resources]\nefa = 0"}});

@@ -8,6 +8,7 @@ import io
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,6 +44,7 @@ class ParseArgs(unittest.TestCase):
         self.assertEqual(o.binary, "shardtrain")
         self.assertEqual(o.wait_s, 600)
         self.assertIsNone(o.cpus_per_node)
+        self.assertEqual(o.workdir, "/workspace")
         self.assertEqual(o.args, ["train", "--config", "/etc/shardtrain/config.toml", "--expect-transport", "efa"])
 
     def test_every_option(self):
@@ -80,6 +82,7 @@ class ParseArgs(unittest.TestCase):
             (base + ["--wait-s", "nan", "--", "train"], "--wait-s"),
             (base + ["--cpus-per-node", "-2", "--", "train"], "--cpus-per-node"),
             (base + ["--binary", "", "--", "train"], "--binary"),
+            (base + ["--workdir", "runs", "--", "train"], "--workdir"),
             (base + ["--bogus", "1", "--", "train"], "--bogus"),
             (base, "--"),
             (base + ["--"], "--"),
@@ -240,6 +243,13 @@ class RunCommand(unittest.TestCase):
                                   "print('b', file=sys.stderr); sys.exit(3)"], out)
         self.assertEqual(code, 3)
         self.assertEqual(out.getvalue().splitlines(), ["[node 1] a", "[node 1] b"])
+
+    def test_runs_in_the_given_directory(self):
+        out = io.StringIO()
+        with tempfile.TemporaryDirectory() as d:
+            code = rd.run_command(0, [sys.executable, "-c", "import os; print(os.getcwd())"], out, cwd=d)
+            self.assertEqual(code, 0)
+            self.assertEqual(out.getvalue().splitlines(), ["[node 0] " + os.path.realpath(d)])
 
     def test_missing_binary_is_127(self):
         out = io.StringIO()

@@ -31,7 +31,10 @@ Job's name and UID as its pod labels (batch.kubernetes.io/controller-uid), Confi
 the mount path are pointed there) and the working directory there too. The test
 cluster has no DNS, so MASTER_ADDR is set to 127.0.0.1 where the pod does not set
 it: the pods' "<job>-0.<service>" name stands for this host. Pod phases, logs and
-the Job's Complete / Failed conditions follow the processes.
+the Job's Complete / Failed conditions follow the processes. Containers' $(VAR)
+references are expanded and secretKeyRef resolved as the kubelet does. The
+operators of kube_test_operators.py run RayClusters, RayJobs and PyTorchJobs the
+same way; README.md in this directory says where each behaviour comes from.
 """
 import argparse
 import copy
@@ -57,6 +60,12 @@ try:
     import jsonschema  # python3-jsonschema
 except ImportError:  # pragma: no cover
     jsonschema = None
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.dirname(os.path.dirname(HERE))
+# Files the rendered Dockerfile installs into the image, taken from this checkout
+# when a container names them.
+IMAGE_FILES = {"/opt/shardtrain/ray_driver.py": os.path.join(SOURCE, "src/deploy/ray_driver.py")}
 
 # group/version -> [(plural, kind, namespaced)]
 RESOURCES = {
@@ -331,7 +340,7 @@ def quantity(q):
 
 class Kubelet:
     def __init__(self, store, root):
-        self.store, self.root = store, root
+        self.store, self.root = store, os.path.abspath(root)
         self.used = {}  # node -> {resource: amount}
         self.procs = []  # every pod process started, stopped with the server
 
@@ -356,11 +365,16 @@ class Kubelet:
                 why = "node(s) didn't match Pod's node affinity/selector"
             for t in untolerated(spec, n)[:1] if why is None else []:
                 why = "node(s) had untolerated taint {%s: %s}" % (t.get("key"), t.get("value", ""))
-            if why is None:
-                for o in self.store.objects.values():
-                    if o.get("kind") == "Pod" and o["spec"].get("nodeName") == name and o["status"].get("phase") in ("Pending", "Running") \
-                            and all(o["metadata"].get("labels", {}).get(k) == v for k, v in labels.items() if k.startswith("app.kubernetes.io/")):
-                        why = "node(s) didn't match pod anti-affinity rules"
+            if why is None:  # required pod anti-affinity by hostname: matchLabels against the node's pods
+                terms = (((spec.get("affinity") or {}).get("podAntiAffinity") or {})
+                         .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+                for term in terms:
+                    want_labels = (term.get("labelSelector") or {}).get("matchLabels") or {}
+                    for o in self.store.objects.values():
+                        if o.get("kind") == "Pod" and o["spec"].get("nodeName") == name \
+                                and o["status"].get("phase") in ("Pending", "Running") \
+                                and all(o["metadata"].get("labels", {}).get(k) == v for k, v in want_labels.items()):
+                            why = "node(s) didn't match pod anti-affinity rules"
             if why is None:
                 alloc = n.get("status", {}).get("allocatable", {})
                 for res, amount in sorted(want.items()):
@@ -377,54 +391,38 @@ class Kubelet:
         return None, msg
 
     def run_job(self, job):
+        """An Indexed Job (the Job controller): one pod per completion index, labelled
+        as the Job controller labels them, run to their end; then the Job's
+        Complete / Failed condition."""
         md, spec = job["metadata"], job["spec"]
         ns, name = md.get("namespace", "default"), md["name"]
         tmpl = spec["template"]
+        indexed = spec.get("completionMode") == "Indexed"
         procs = []
         for i in range(int(spec.get("completions", 1))):
-            pod_name = "%s-%d-%s" % (name, i, "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5)))
+            pod_name = "%s-%s%s" % (name, "%d-" % i if indexed else "", suffix())
             labels = dict(tmpl.get("metadata", {}).get("labels", {}))
             # As the Job controller labels its pods: the Job's name and UID (old and
             # new keys) and the completion index.
             labels.update({"batch.kubernetes.io/job-name": name, "job-name": name,
-                           "batch.kubernetes.io/controller-uid": md.get("uid", ""), "controller-uid": md.get("uid", ""),
-                           "batch.kubernetes.io/job-completion-index": str(i)})
-            pod = {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
-                                "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
-                                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                                                     "uid": md.get("uid", ""), "controller": True}]},
-                   "spec": copy.deepcopy(tmpl["spec"]), "status": {"phase": "Pending", "qosClass": "Guaranteed"}}
-            with self.store.lock:
-                node, why = self.schedule(pod)
-                if node is None:
-                    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                                    "message": why}]
-                    self.store.put(pod)
-                    continue
-                pod["spec"]["nodeName"] = node
-                pod["status"]["phase"] = "Running"
-                pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]
-                self.store.put(pod)
-            try:
-                procs.append((pod, self.start(pod, i, name)))
-            except OSError as e:  # the container's command could not start
-                with open(os.path.join(self.root, pod_name, "log"), "a") as f:
-                    f.write("cannot start %s: %s\n" % (pod["spec"]["containers"][0].get("command"), e))
-                procs.append((pod, subprocess.Popen(["false"])))
+                           "batch.kubernetes.io/controller-uid": md.get("uid", ""), "controller-uid": md.get("uid", "")})
+            annotations = {}
+            extra = {}
+            if indexed:
+                labels["batch.kubernetes.io/job-completion-index"] = str(i)
+                annotations["batch.kubernetes.io/job-completion-index"] = str(i)
+                extra = {"JOB_COMPLETION_INDEX": str(i), "HOSTNAME": "%s-%d" % (name, i)}
+            pod = self.new_pod(ns, pod_name, labels, tmpl["spec"],
+                               {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": md.get("uid", "")},
+                               annotations)
+            proc = self.run_pod(pod, extra)
+            if proc:
+                procs.append((pod, proc))
         for pod, proc in procs:
-            code = proc.wait()
-            with self.store.lock:
-                pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
-                pod["status"]["conditions"][1]["status"] = "False"
-                pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "ready": False,
-                                                       "restartCount": 0, "image": pod["spec"]["containers"][0].get("image", ""),
-                                                       "imageID": "", "state": {"terminated": {"exitCode": code}}}]
-                self.store.put(pod)
-                self.used.pop(pod["spec"]["nodeName"], None)
+            self.finish_pod(pod, proc.wait())
         with self.store.lock:
             pods = [o for o in self.store.objects.values() if o.get("kind") == "Pod"
-                    and o["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") == name]
+                    and o["metadata"].get("labels", {}).get("batch.kubernetes.io/controller-uid") == md.get("uid")]
             ok = sum(p["status"]["phase"] == "Succeeded" for p in pods)
             bad = sum(p["status"]["phase"] == "Failed" for p in pods)
             cond = "Complete" if ok == int(spec.get("completions", 1)) else ("Failed" if bad else None)
@@ -433,7 +431,103 @@ class Kubelet:
                 job["status"]["conditions"] = [{"type": cond, "status": "True"}]
             self.store.put(job)
 
-    def start(self, pod, index, job_name):
+    def new_pod(self, ns, name, labels, pod_spec, owner, annotations=None):
+        owner = dict(owner, controller=True)
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": ns, "labels": labels, "annotations": annotations or {},
+                             "uid": str(uuid.uuid4()), "ownerReferences": [owner]},
+                "spec": copy.deepcopy(pod_spec), "status": {"phase": "Pending", "qosClass": "Guaranteed"}}
+
+    def place(self, pod):
+        """Schedules the pod and stores it: Running on its node (True), or Pending with
+        the scheduler's message (False)."""
+        with self.store.lock:
+            node, why = self.schedule(pod)
+            if node is None:
+                pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                                "message": why}]
+                self.store.put(pod)
+                return False
+            pod["spec"]["nodeName"] = node
+            pod["status"]["phase"] = "Running"
+            pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]
+            self.store.put(pod)
+            return True
+
+    def run_pod(self, pod, extra_env=None):
+        """Schedules the pod and starts its container as a process (None when it stays
+        Pending). A Secret the container's env names that does not exist holds the
+        container in CreateContainerConfigError until it does, as the kubelet does."""
+        if not self.place(pod):
+            return None
+        while True:
+            env, missing = self.pod_env(pod, extra_env)
+            if not missing:
+                break
+            with self.store.lock:
+                pod["status"]["containerStatuses"] = [{
+                    "name": pod["spec"]["containers"][0]["name"], "ready": False, "restartCount": 0,
+                    "image": pod["spec"]["containers"][0].get("image", ""), "imageID": "",
+                    "state": {"waiting": {"reason": "CreateContainerConfigError", "message": missing}}}]
+                self.store.put(pod)
+            time.sleep(0.3)
+        try:
+            return self.start(pod, env)
+        except OSError as e:  # the container's command could not start
+            with open(os.path.join(self.root, pod["metadata"]["name"], "log"), "a") as f:
+                f.write("cannot start %s: %s\n" % (pod["spec"]["containers"][0].get("command"), e))
+            return subprocess.Popen(["false"])
+
+    def finish_pod(self, pod, code):
+        with self.store.lock:
+            pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+            pod["status"]["conditions"][1]["status"] = "False"
+            pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "ready": False,
+                                                   "restartCount": 0, "image": pod["spec"]["containers"][0].get("image", ""),
+                                                   "imageID": "", "state": {"terminated": {"exitCode": code}}}]
+            self.store.put(pod)
+            self.used.pop(pod["spec"]["nodeName"], None)
+
+    def pod_env(self, pod, extra=None):
+        """The first container's environment as the kubelet gives it: this process's
+        own (PATH to shardtrain and kubectl), the container's env with the downward
+        API and Secret references resolved, then `extra` (what a controller or the
+        kubelet sets). Returns (env, "") or (None, why) when a Secret is missing. The
+        test cluster has no DNS: a MASTER_ADDR naming a pod or Service stands for this
+        host, 127.0.0.1, and so does a pod that sets none."""
+        import base64
+        c = pod["spec"]["containers"][0]
+        ns = pod["metadata"]["namespace"]
+        env = dict(os.environ)
+        for e in c.get("env", []):
+            env[e["name"]] = expand(e.get("value", ""), env)
+            src = e.get("valueFrom") or {}
+            ref = src.get("fieldRef", {}).get("fieldPath", "")
+            m = re.match(r"metadata\.(labels|annotations)\['([^']+)'\]$", ref)
+            if m:  # the downward API
+                env[e["name"]] = pod["metadata"].get(m.group(1), {}).get(m.group(2), "")
+            elif ref in ("metadata.name", "metadata.namespace", "spec.nodeName"):
+                part, key = ref.split(".")
+                env[e["name"]] = pod[part].get(key, "")
+            if "secretKeyRef" in src:
+                ref = src["secretKeyRef"]
+                with self.store.lock:
+                    sec = self.store.objects.get(("v1", "secrets", ns, ref["name"]))
+                if sec is None or ref["key"] not in (sec.get("data") or {}):
+                    if ref.get("optional"):
+                        continue
+                    return None, ('secret "%s" not found' % ref["name"] if sec is None
+                                  else "couldn't find key %s in Secret %s/%s" % (ref["key"], ns, ref["name"]))
+                env[e["name"]] = base64.b64decode(sec["data"][ref["key"]]).decode()
+        env.update(extra or {})
+        addr = env.get("MASTER_ADDR", "")
+        if not re.match(r"^[0-9.]+$", addr):
+            env["MASTER_ADDR"] = "127.0.0.1"
+        return env, ""
+
+    def mount_volumes(self, pod):
+        """The first container's volume mounts as directories under <kubelet>/<pod>/
+        (a ConfigMap's keys written as files): {mountPath: local directory}."""
         c = pod["spec"]["containers"][0]
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         root = os.path.join(self.root, name)
@@ -451,42 +545,65 @@ class Kubelet:
                         with open(os.path.join(local, k), "w") as f:
                             f.write(text)
                 mounts[m["mountPath"]] = local
+        return mounts
+
+    def start(self, pod, env):
+        c = pod["spec"]["containers"][0]
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        root = os.path.join(self.root, name)
+        mounts = self.mount_volumes(pod)
+
         def local_path(a):
-            for mp, loc in mounts.items():
-                if a == mp or a.startswith(mp + "/"):
-                    return loc + a[len(mp):]
-            return a
-        argv = [local_path(a) for a in (c.get("command", []) + c.get("args", []))]
-        env = dict(os.environ)
-        for e in c.get("env", []):
-            env[e["name"]] = e.get("value", "")
-            ref = (e.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath", "")
-            m = re.match(r"metadata\.(labels|annotations)\['([^']+)'\]$", ref)
-            if m:  # the downward API
-                env[e["name"]] = pod["metadata"].get(m.group(1), {}).get(m.group(2), "")
-            elif ref in ("metadata.name", "metadata.namespace", "spec.nodeName"):
-                part, key = ref.split(".")
-                env[e["name"]] = pod[part].get(key, "")
-        env["JOB_COMPLETION_INDEX"] = str(index)
-        env["HOSTNAME"] = "%s-%d" % (job_name, index)
-        env.setdefault("MASTER_ADDR", "127.0.0.1")
+            return container_path(a, mounts)
+        argv = [local_path(expand(a, env)) for a in (c.get("command", []) + c.get("args", []))]
+        env["KUBE_TEST_POD_DIR"] = root
         cwd = local_path(c.get("workingDir", "/")) if c.get("workingDir") in mounts else root
         log = os.path.join(root, "log")
         self.store.logs[(ns, name)] = log
         out = open(log, "w")
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        # Its own process group, as a container: stopping it stops what it started.
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
         return proc
 
     def stop(self):
         for p in self.procs:
             if p.poll() is None:
-                p.terminate()  # `shardtrain launch` passes it on to its ranks
+                kill_group(p, signal.SIGTERM)  # `shardtrain launch` passes it on to its ranks
         for p in self.procs:
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                p.kill()
+                kill_group(p, signal.SIGKILL)
+
+
+def kill_group(proc, sig):
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def container_path(a, mounts):
+    """A path as the container sees it, here: under a volume's directory, or a file
+    the image installs (from this checkout)."""
+    for mp, loc in mounts.items():
+        if a == mp or a.startswith(mp + "/"):
+            return loc + a[len(mp):]
+    for img, loc in IMAGE_FILES.items():
+        a = a.replace(img, loc)
+    return a
+
+
+def suffix(n=5):
+    return "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(n))
+
+
+def expand(text, env):
+    """$(VAR) from env as Kubernetes expands command, args and env values; $$ is a
+    literal $; an unknown $(VAR) stays as it is."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 
 
 def matches(o, label_selector, field_selector):
@@ -519,6 +636,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     store = None
     kubelet = None
+    operators = None
 
     def log_message(self, *args):
         pass
@@ -710,6 +828,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.reply(409, status(409, "AlreadyExists", '%s "%s" already exists' % (plural, name)))
             if q.get("dryRun") != "All":
                 self.store.put(o)
+        if self.operators and q.get("dryRun") != "All":
+            self.operators.created(o)
         return self.reply(201, o)
 
     def do_PUT(self):  # replace
@@ -752,8 +872,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if "status" in old:
                     o.setdefault("status", old["status"])
             self.store.put(o, old)
-        if self.kubelet and o.get("kind") == "Job" and o.get("spec", {}).get("completionMode") == "Indexed" and code == 201:
-            threading.Thread(target=self.kubelet.run_job, args=(o,), daemon=True).start()
+        if self.operators and code == 201 and q.get("dryRun") != "All":
+            self.operators.created(o)
         return self.reply(code, o)
 
     def log_request_line(self):
@@ -784,6 +904,9 @@ def main():
     Handler.store = Store(a.fixtures, a.schemas)
     if a.kubelet:
         Handler.kubelet = Kubelet(Handler.store, a.kubelet)
+        sys.path.insert(0, HERE)
+        from kube_test_operators import Operators
+        Handler.operators = Operators(Handler.store, Handler.kubelet)
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     port = srv.server_address[1]
     if a.kubeconfig:
