@@ -4,10 +4,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include <iostream>
+
 #include "cli/commands.h"
 #include "cli/rank_bringup.h"
 #include "train/matmul_precision.h"
 #include "train/memory_check.h"
+#include "train/memory_plan.h"
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "launch/env.h"
 #include "config/run_config.h"
 #include "core/files.h"
 #include "train/run_dir_lock.h"
@@ -24,6 +31,30 @@ bool path_is_within(const std::string& path, const std::string& dir) {
     return std::filesystem::weakly_canonical(x, ec).lexically_normal().string();
   };
   return path_within(resolved(path), resolved(dir));
+}
+
+// --run.dry_run=true: the memory plan of one rank for the world this would run in (or
+// run.dry_run_world), checked against run.gpu_memory_gib, the GPU here or host RAM.
+// Nothing is allocated, no run directory is touched.
+int dry_run(const RunConfig& cfg) {
+  const DistEnv env = detect_dist_env(environ_map());
+  const int world = cfg.run.dry_run_world > 0 ? cfg.run.dry_run_world : env.world;
+  const int shard = cfg.dist.shard_group_size > 0 ? cfg.dist.shard_group_size : world;
+  ST_CHECK_CONFIG(shard <= world && world % shard == 0, "dist.shard_group_size = ", cfg.dist.shard_group_size,
+                  " does not divide the world of ", world, " ranks (run.dry_run_world or WORLD_SIZE)");
+  const Device device = cfg.train.device == "cuda" ? Device::CUDA : Device::CPU;
+  size_t limit = 0;
+  std::string source;
+  if (device == Device::CPU) {
+    limit = host_memory_available_bytes(), source = "host RAM (MemAvailable)";
+  } else if (cfg.run.gpu_memory_gib > 0) {
+    limit = size_t(cfg.run.gpu_memory_gib * double(size_t(1) << 30)), source = "run.gpu_memory_gib";
+  } else if (cuda_available()) {
+    limit = make_cuda_backend(env.local_rank)->memory_available_bytes(), source = "this GPU's free memory";
+  }
+  const size_t workspace = device == Device::CUDA ? kCudaPlannedWorkspaceBytes : 0;
+  std::cout << format_memory_plan(cfg, device, world, shard, world == 1, workspace, limit, source) << std::flush;
+  return 0;
 }
 
 }  // namespace
@@ -53,6 +84,7 @@ Command add_train_command(CLI::App& root) {
   add_config_options(*app, state->overrides);
   return {app, [state] {
             RunConfig cfg = load_run_config(state->config, state->overrides);
+            if (cfg.run.dry_run) return dry_run(cfg);
             const DistEnv env = detect_dist_env(environ_map());
             // Rank 0 owns the run directory (config, metrics, summary, the checkpoints'
             // manifests and renames): it locks it before anything there is read or

@@ -81,6 +81,9 @@ struct RunOptions {                // [run]
   int profile_warmup = 3;          // steps before the profile window
   int profile_steps = 5;           // steps in the profile window
   bool tensorboard = true;         // rank 0 writes TensorBoard events to <out_dir>/tb
+  bool dry_run = false;            // print the memory plan per rank and exit 0, allocating nothing
+  double gpu_memory_gib = 0;       // dry_run: the GPU's memory to plan for; 0 = the GPU here, if any
+  int dry_run_world = 0;           // dry_run: ranks to plan for; 0 = the launch environment's (else 1)
 };
 
 // The values each choice key may take, in the order --help lists them.

@@ -139,6 +139,17 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "seconds a stop by SIGTERM/SIGINT may take to save its checkpoint (the pod's terminationGracePeriodSeconds "
        "should be larger); past it the run exits without the save, the last complete checkpoint stays",
        left_open(0, 86400)},
+      {"run.dry_run", &c.run.dry_run,
+       "plan, do not train: print one rank's memory (weights, gradients, optimizer state, gathered units, "
+       "activations per recompute choice, workspace, host) and the largest micro-batch that fits, then exit 0; "
+       "needs no GPU and allocates nothing"},
+      {"run.gpu_memory_gib", &c.run.gpu_memory_gib,
+       "run.dry_run: GiB of GPU memory to plan for (e.g. 22.5 for an L4, 80 for an H100); 0 = the GPU here, if any",
+       closed(0, 1e6)},
+      {"run.dry_run_world", &c.run.dry_run_world,
+       "run.dry_run: ranks to plan for (dist.shard_group_size applies); 0 = the launch environment's WORLD_SIZE, "
+       "else 1",
+       closed(0, 1 << 20)},
       {"run.profile", &c.run.profile,
        "time every op over a window of steps (CUDA events on a GPU) and print a table; also <run.out_dir>/profile.json"},
       {"run.profile_warmup", &c.run.profile_warmup,

@@ -1,0 +1,121 @@
+#include "train/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/log.h"
+#include "model/layout.h"
+#include "model/qwen2.h"
+
+namespace st {
+
+MemoryPlan plan_rank_memory(const RunConfig& cfg, Device device, int shard_world, bool in_place,
+                            size_t workspace_bytes) {
+  const ParamLayout layout(cfg.model);
+  const ShardPlan plan(layout, std::max(shard_world, 1));
+  const bool cpu = device == Device::CPU;
+  const DType compute = cpu ? DType::F32 : DType::BF16;
+  MemoryPlan p;
+  for (int u = 0; u < plan.num_units(); ++u) {
+    const size_t n = plan.shard_numel(u);
+    p.master += n * 4;
+    p.grad += n * 4;
+    p.optimizer += 2 * n * 4;
+    if (!cpu) p.low += n * dtype_size(compute);
+  }
+  if (!in_place)
+    p.gathered = plan.gathered_peak(dtype_size(compute), cfg.dist.reshard_after_forward,
+                                    cfg.dist.reduce_dtype == "bf16" ? 2 : 4);
+  p.activations = Qwen2Model::activation_bytes_for(cfg.model, compute, cfg.train.micro_batch, cfg.train.seq_len,
+                                                   cpu ? 0 : 4096, parse_recompute(cfg.train.recompute),
+                                                   cfg.train.matmul_dtype == "fp8");
+  p.workspace = workspace_bytes;
+  p.batches = size_t(cfg.train.grad_accum) * cfg.train.micro_batch * cfg.train.seq_len * 8;
+  if (!cfg.model_options.init_from.empty()) p.loaded = size_t(cfg.model.num_params()) * 4;
+  if (cfg.run.checkpoint_every > 0) p.checkpoint = plan.total_shard_numel() * 12;
+  return p;
+}
+
+int largest_fitting_micro_batch(RunConfig cfg, Device device, int shard_world, bool in_place, size_t workspace_bytes,
+                                size_t limit, int max_micro_batch) {
+  const bool fp8 = cfg.train.matmul_dtype == "fp8";
+  auto fits = [&](int mb) {
+    cfg.train.micro_batch = mb;
+    const MemoryPlan p = plan_rank_memory(cfg, device, shard_world, in_place, workspace_bytes);
+    return (device == Device::CPU ? p.device_total() + p.host_total() : p.device_total()) <= limit;
+  };
+  auto valid = [&](int mb) { return !fp8 || (int64_t(mb) * cfg.train.seq_len) % 16 == 0; };
+  // Memory grows with the micro-batch: bisect for the last one that fits, then step
+  // down to one FP8 can run.
+  int lo = 0, hi = max_micro_batch;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  while (lo > 0 && !valid(lo)) --lo;
+  return lo;
+}
+
+std::string format_memory_plan(const RunConfig& cfg, Device device, int world, int shard_world, bool in_place,
+                               size_t workspace_bytes, size_t limit, const std::string& limit_source) {
+  const bool cpu = device == Device::CPU;
+  const MemoryPlan p = plan_rank_memory(cfg, device, shard_world, in_place, workspace_bytes);
+  std::string out;
+  char buf[512];
+  auto line = [&](const std::string& s) { out += s + "\n"; };
+  auto row = [&](const std::string& what, size_t bytes) {
+    std::snprintf(buf, sizeof buf, "  %-60s %12s", what.c_str(), human_bytes(double(bytes)).c_str());
+    line(buf);
+  };
+  std::string sharding = "world " + std::to_string(world);
+  if (shard_world < world)
+    sharding += " (HSDP: shards over " + std::to_string(shard_world) + " ranks, " + std::to_string(world / shard_world) +
+                " replicas)";
+  else if (world > 1)
+    sharding += " (FSDP over all ranks)";
+  line("dry run: nothing is allocated or trained");
+  line("plan for model " + cfg.model.source + " (" + human_count(double(cfg.model.num_params())) + " params) on " +
+       (cpu ? std::string("the CPU") : std::string("a GPU")) + ", " + sharding + "; micro-batch " +
+       std::to_string(cfg.train.micro_batch) + " x seq " + std::to_string(cfg.train.seq_len) + ", recompute " +
+       cfg.train.recompute + ", matmuls " + cfg.train.matmul_dtype);
+  line(std::string("memory per rank (") + (cpu ? "host RAM" : "GPU") + "):");
+  row(cpu ? "weights (fp32 master shard)" : "weights (fp32 master shard + its bf16 copy)", p.master + p.low);
+  row("gradients (fp32 shard)", p.grad);
+  row("optimizer state (fp32 AdamW m and v)", p.optimizer);
+  if (!in_place) {
+    row("gathered at the peak: " + p.gathered.where, p.gathered.total());
+  } else {
+    row("gathered: nothing (one rank reads its shards in place)", 0);
+  }
+  std::snprintf(buf, sizeof buf, "activations and scratch (%.2f MiB per token)",
+                double(p.activations) / (double(cfg.train.micro_batch) * cfg.train.seq_len) / (1 << 20));
+  row(buf, p.activations);
+  row(cpu ? "workspace" : "workspace (cuBLASLt; cuDNN's comes on top)", p.workspace);
+  row(cpu ? "total (with the host part below)" : "total on the GPU", cpu ? p.device_total() + p.host_total()
+                                                                            : p.device_total());
+  line("host RAM per rank:");
+  row("token ids (train.grad_accum micro-batches)", p.batches);
+  if (p.loaded) row("model.init_from, loaded in fp32", p.loaded);
+  if (p.checkpoint) row("checkpoint host copy", p.checkpoint);
+  if (limit == 0) {
+    line("no memory size to check against: give --run.gpu_memory_gib (e.g. 22.5 for an L4, 80 for an H100)");
+    return out;
+  }
+  const size_t need = cpu ? p.device_total() + p.host_total() : p.device_total();
+  std::snprintf(buf, sizeof buf, "%s: %s of %s (%s) = %.1f%%", need <= limit ? "fits" : "DOES NOT FIT",
+                human_bytes(double(need)).c_str(), human_bytes(double(limit)).c_str(), limit_source.c_str(),
+                100.0 * double(need) / double(limit));
+  line(buf);
+  std::string per = "largest micro-batch that fits at seq " + std::to_string(cfg.train.seq_len) + ", per recompute:";
+  for (const std::string& rc : recompute_choices()) {
+    RunConfig c = cfg;
+    c.train.recompute = rc;
+    per += " " + rc + " " + std::to_string(largest_fitting_micro_batch(c, device, shard_world, in_place,
+                                                                      workspace_bytes, limit));
+  }
+  line(per);
+  return out;
+}
+
+}  // namespace st

@@ -1,0 +1,126 @@
+// The memory plan (train/memory_plan.h) against the trainer's own estimate, which the
+// GPU runs measure (docs/performance.md: within 3% of the peak): equal, byte for byte,
+// for three configurations; the largest micro-batch that fits; and `train
+// --run.dry_run=true`, which prints those numbers, exits 0, needs no GPU and writes
+// nothing.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "backend/backend.h"
+#include "config/model_config.h"
+#include "core/log.h"
+#include "support/shell.h"
+#include "support/temp_dir.h"
+#include "support/tiny_run.h"
+#include "train/memory_plan.h"
+#include "train/trainer.h"
+
+namespace st {
+namespace {
+
+using testing::tiny_run;
+using testing::train_on_cpu;
+
+std::vector<RunConfig> three_configs() {
+  RunConfig a = tiny_run(1);
+  RunConfig b = tiny_run(1);
+  b.train.recompute = "block";
+  b.train.matmul_dtype = "fp8";
+  b.train.grad_accum = 2;
+  RunConfig c = tiny_run(1);
+  c.model.tie_word_embeddings = false;
+  c.train.micro_batch = 3;
+  c.train.seq_len = 24;
+  c.train.recompute = "swiglu";
+  return {a, b, c};
+}
+
+TEST(MemoryPlan, EqualsTheTrainersEstimateForThreeConfigs) {
+  for (const RunConfig& cfg : three_configs()) {
+    size_t estimated = 0;
+    train_on_cpu(cfg, [&](Trainer& t) { estimated = t.estimated_peak_bytes(); });
+    const MemoryPlan p = plan_rank_memory(cfg, Device::CPU, 1, true, 0);
+    EXPECT_EQ(p.device_total(), estimated) << cfg.train.recompute << " " << cfg.train.matmul_dtype;
+    EXPECT_GT(p.activations, 0u);
+    EXPECT_EQ(p.gathered.total(), 0u);  // one rank reads its shards in place
+    EXPECT_EQ(p.batches, size_t(cfg.train.grad_accum) * cfg.train.micro_batch * cfg.train.seq_len * 8);
+  }
+}
+
+TEST(MemoryPlan, ShardingDividesTheStateAndGathersUnits) {
+  RunConfig cfg = tiny_run(1);
+  const MemoryPlan one = plan_rank_memory(cfg, Device::CUDA, 1, true, kCudaPlannedWorkspaceBytes);
+  const MemoryPlan four = plan_rank_memory(cfg, Device::CUDA, 4, false, kCudaPlannedWorkspaceBytes);
+  EXPECT_EQ(one.master, size_t(cfg.model.num_params()) * 4);
+  EXPECT_EQ(one.low, size_t(cfg.model.num_params()) * 2);  // the bf16 copy on a GPU
+  EXPECT_NEAR(double(four.optimizer), double(one.optimizer) / 4, double(one.optimizer) * 0.01);
+  EXPECT_GT(four.gathered.total(), 0u);
+  EXPECT_EQ(one.workspace, kCudaPlannedWorkspaceBytes);
+}
+
+TEST(MemoryPlan, LargestFittingMicroBatch) {
+  RunConfig cfg = tiny_run(1);
+  cfg.train.micro_batch = 5;
+  const size_t at5 = plan_rank_memory(cfg, Device::CUDA, 1, true, 0).device_total();
+  EXPECT_EQ(largest_fitting_micro_batch(cfg, Device::CUDA, 1, true, 0, at5), 5);
+  EXPECT_EQ(largest_fitting_micro_batch(cfg, Device::CUDA, 1, true, 0, at5 - 1), 4);
+  EXPECT_EQ(largest_fitting_micro_batch(cfg, Device::CUDA, 1, true, 0, 1000), 0);
+  // FP8 needs tokens per micro-batch in multiples of 16: seq 20 allows 4, 8, ...
+  cfg.train.seq_len = 20;
+  cfg.train.matmul_dtype = "fp8";
+  cfg.train.micro_batch = 7;
+  const size_t at7 = plan_rank_memory(cfg, Device::CUDA, 1, true, 0).device_total();
+  EXPECT_EQ(largest_fitting_micro_batch(cfg, Device::CUDA, 1, true, 0, at7), 4);
+}
+
+// The command prints the plan's own numbers for three configurations, exits 0 and
+// leaves run.out_dir alone; a GPU plan needs no GPU.
+TEST(MemoryPlan, DryRunPrintsThePlanAndWritesNothing) {
+  const std::filesystem::path out = testing::temp_dir("dry_run_out") / "never";
+  struct Case {
+    std::string args;
+    RunConfig cfg;
+    Device device;
+    int world, shard;
+  };
+  RunConfig q15;
+  q15.model = model_preset("qwen2.5-1.5b");
+  q15.train.seq_len = 2048, q15.train.micro_batch = 8, q15.train.device = "cuda";
+  RunConfig q7 = q15;
+  q7.model = model_preset("qwen2.5-7b");
+  q7.train.micro_batch = 2, q7.train.recompute = "block";
+  const std::vector<Case> cases = {
+      {"--config configs/tiny.toml", {}, Device::CPU, 1, 1},
+      {"--model.preset=qwen2.5-1.5b --train.device=cuda --train.seq_len=2048 --train.micro_batch=8 "
+       "--run.gpu_memory_gib=22.5",
+       q15, Device::CUDA, 1, 1},
+      {"--model.preset=qwen2.5-7b --train.device=cuda --train.seq_len=2048 --train.micro_batch=2 "
+       "--train.recompute=block --run.gpu_memory_gib=22.5 --run.dry_run_world=8",
+       q7, Device::CUDA, 8, 8},
+  };
+  for (const Case& c : cases) {
+    const auto r = testing::run_shell("cd " + std::string(SHARDTRAIN_SOURCE_DIR) + " && " + SHARDTRAIN_BINARY +
+                                      " train " + c.args + " --run.dry_run=true --run.out_dir=" + out.string());
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("dry run: nothing is allocated"), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(out)) << c.args;
+    if (c.device == Device::CPU) continue;  // its limit is this machine's RAM
+    const MemoryPlan p = plan_rank_memory(c.cfg, c.device, c.shard, c.world == 1, kCudaPlannedWorkspaceBytes);
+    EXPECT_NE(r.out.find(human_bytes(double(p.device_total()))), std::string::npos)
+        << "total " << human_bytes(double(p.device_total())) << " missing from\n" << r.out;
+    EXPECT_NE(r.out.find(human_bytes(double(p.activations))), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("largest micro-batch that fits at seq 2048, per recompute: none "), std::string::npos)
+        << r.out;
+    RunConfig none = c.cfg;
+    none.train.recompute = "none";
+    const int mb = largest_fitting_micro_batch(none, c.device, c.shard, c.world == 1, kCudaPlannedWorkspaceBytes,
+                                               size_t(22.5 * double(size_t(1) << 30)));
+    EXPECT_NE(r.out.find("per recompute: none " + std::to_string(mb) + " "), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace st
