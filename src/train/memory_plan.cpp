@@ -84,7 +84,8 @@ std::string format_memory_plan(const RunConfig& cfg, Device device, int world, i
   row("gradients (fp32 shard)", p.grad);
   row("optimizer state (fp32 AdamW m and v)", p.optimizer);
   if (!in_place) {
-    row("gathered at the peak: " + p.gathered.where, p.gathered.total());
+    row("units gathered at the peak of a step", p.gathered.total());
+    line("    (" + p.gathered.where + ")");
   } else {
     row("gathered: nothing (one rank reads its shards in place)", 0);
   }
