@@ -253,7 +253,11 @@ void Matmul::gemm(Gemm g) {
 
 void Matmul::forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, int IC, int OC) {
   const cudaDataType_t t = cuda_type(inp.dtype);
-  Gemm g{true, false, OC, N, IC, weight.data, IC, inp.data, IC, t, out.data, t, 0.0f};
+  gemm_with_bias(Gemm{true, false, OC, N, IC, weight.data, IC, inp.data, IC, t, out.data, t, 0.0f}, out, bias, N,
+                 OC);
+}
+
+void Matmul::gemm_with_bias(Gemm g, Tensor out, Tensor bias, int rows, int cols) {
   if (!bias.empty() && alignment_of(bias.data) >= 16) {
     g.bias = bias.data;
     if (run(g)) return;
@@ -261,10 +265,10 @@ void Matmul::forward(Tensor out, Tensor inp, Tensor weight, Tensor bias, int N, 
   }
   gemm(g);
   if (bias.empty()) return;
-  if (inp.dtype == DType::BF16)
-    add_bias(out.as<bf16>(), bias.as<bf16>(), N, OC, stream_);
+  if (out.dtype == DType::BF16)
+    add_bias(out.as<bf16>(), bias.as<bf16>(), rows, cols, stream_);
   else
-    add_bias(out.as<float>(), bias.as<float>(), N, OC, stream_);
+    add_bias(out.as<float>(), bias.as<float>(), rows, cols, stream_);
 }
 
 void Matmul::backward_input(Tensor dinp, Tensor dout, Tensor weight, int N, int IC, int OC) {
@@ -286,17 +290,7 @@ void Matmul::fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Ten
   g.b_type = int(cuda_type(a.dtype));
   g.a_scale = b_inv.data, g.b_scale = a_inv.data;
   g.fast_accum = fp8_fast_accum_;
-  if (!bias.empty() && alignment_of(bias.data) >= 16) {
-    g.bias = bias.data;
-    if (run(g)) return;
-    g.bias = nullptr;
-  }
-  gemm(g);
-  if (bias.empty()) return;
-  if (out.dtype == DType::BF16)
-    add_bias(out.as<bf16>(), bias.as<bf16>(), M, N, stream_);
-  else
-    add_bias(out.as<float>(), bias.as<float>(), M, N, stream_);
+  gemm_with_bias(g, out, bias, M, N);
 }
 
 }  // namespace st::cuda

@@ -72,6 +72,9 @@ class Matmul {
   // run(), and when that finds no algorithm (say, for an operand at an odd address),
   // again on 256-byte aligned copies of the operands; fails if that finds none either.
   void gemm(Gemm g);
+  // gemm() with bias (cols, may be empty) added to out (rows, cols): by the epilogue
+  // where an algorithm has it for an aligned bias, else by a separate kernel.
+  void gemm_with_bias(Gemm g, Tensor out, Tensor bias, int rows, int cols);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
