@@ -18,6 +18,16 @@ const std::vector<std::string>& matmul_dtypes() {
   return v;
 }
 
+const std::vector<std::string>& offload_choices() {
+  static const std::vector<std::string> v = {"none", "optimizer", "optimizer+master"};
+  return v;
+}
+
+const std::vector<std::string>& state_dtypes() {
+  static const std::vector<std::string> v = {"fp32", "bf16"};
+  return v;
+}
+
 const std::vector<std::string>& data_sources() {
   static const std::vector<std::string> v = {"random", "text", "tokens"};
   return v;

@@ -27,6 +27,7 @@ struct TrainOptions {           // [train]
   double peak_tflops = 0;       // MFU denominator; 0 = the device table
   std::string recompute = "none";  // one of recompute_choices() (model/qwen2.h acts on it)
   std::string matmul_dtype = "bf16";  // one of matmul_dtypes(): the blocks' linear layers
+  std::string offload = "none";       // one of offload_choices(): state kept in pinned host memory
 };
 
 // [optim]: AdamW and its learning-rate schedule (train/schedule.h).
@@ -39,6 +40,8 @@ struct OptimOptions {
   double eps = 1e-8;
   double weight_decay = 0.1;   // decoupled; 2-D weights only
   double grad_clip = 1.0;      // global gradient norm; 0 disables
+  std::string state_dtype = "fp32";   // one of state_dtypes(): AdamW's m and v
+  std::string master_dtype = "fp32";  // one of state_dtypes(): the master weights
 };
 
 // [data]: where the tokens come from (data/source.h).
@@ -90,6 +93,8 @@ struct RunOptions {                // [run]
 const std::vector<std::string>& train_devices();             // train.device: cpu, cuda
 const std::vector<std::string>& recompute_choices();         // train.recompute: none, norm, swiglu, ffn, attn, block
 const std::vector<std::string>& matmul_dtypes();             // train.matmul_dtype: bf16, fp8
+const std::vector<std::string>& offload_choices();           // train.offload: none, optimizer, optimizer+master
+const std::vector<std::string>& state_dtypes();              // optim.state_dtype, optim.master_dtype: fp32, bf16
 const std::vector<std::string>& data_sources();              // data.source: random, text, tokens
 const std::vector<std::string>& fabric_transports();         // fabric.transport: auto, efa, ib, socket
 const std::vector<std::string>& fabric_expect_transports();  // fabric.expect_transport: "", efa, ib, socket, nvlink, shm

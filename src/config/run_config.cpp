@@ -53,6 +53,12 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "sm_89/sm_90 GPUs, emulated exactly on the CPU). Master weights, optimizer state, attention and the lm_head "
        "are unchanged, so checkpoints are the same and a run may switch on resume",
        {}, matmul_dtypes()},
+      {"train.offload", &c.train.offload,
+       "optimizer state kept in page-locked host memory instead of the GPU's, each unit's streamed through the "
+       "GPU for its update: none, optimizer (AdamW's m and v), optimizer+master (and the master weights; the GPU "
+       "keeps their compute-dtype copy). Frees GPU memory for big models at the cost of PCIe traffic per step; "
+       "the same results bit for bit. The CPU backend ignores it (its memory is the host's)",
+       {}, offload_choices()},
       {"train.peak_tflops", &c.train.peak_tflops,
        "dense bf16 TFLOP/s that MFU is measured against; 0 = the datasheet value for the GPU "
        "(H100/H200 989, A100 312, L4 121)",
@@ -67,6 +73,15 @@ std::vector<Key> run_config_keys(RunConfig& c) {
       {"optim.weight_decay", &c.optim.weight_decay, "decoupled weight decay", closed(0, 1)},
       {"optim.grad_clip", &c.optim.grad_clip, "clip the global gradient norm to this; 0 disables",
        at_least(0)},
+      {"optim.state_dtype", &c.optim.state_dtype,
+       "dtype of AdamW's m and v: fp32, or bf16 (half the bytes; each update computed in fp32 and stored with "
+       "stochastic rounding, seeded, so runs repeat bit for bit). Checkpoints store fp32 either way: a run may "
+       "change it on resume",
+       {}, state_dtypes()},
+      {"optim.master_dtype", &c.optim.master_dtype,
+       "dtype of the master weights the optimizer updates: fp32, or bf16 (stochastic rounding as above; on a GPU "
+       "the bf16 master is also what is gathered, so its compute copy is not kept: 4 bytes per parameter fewer)",
+       {}, state_dtypes()},
 
       {"data.source", &c.data.source, "random tokens, byte-level text from data.paths, or token shards from data.paths (shardtrain data prepare)", {},
        data_sources()},
