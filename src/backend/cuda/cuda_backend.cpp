@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -89,6 +90,15 @@ class CudaBackend final : public Backend {
     ST_CUDA(cudaMalloc(&small_dev_, 64));
     ST_CUDA(cudaMalloc(&amax_dev_, 256));
     ST_CUDA(cudaMallocHost(&small_host_, 64));
+    // A smaller GPU, for planning and benchmarks: SHARDTRAIN_GPU_MEMORY_CAP_GIB caps what
+    // this backend's allocations may hold at once (e.g. 22 for an L4's usable memory).
+    if (const char* cap = std::getenv("SHARDTRAIN_GPU_MEMORY_CAP_GIB"); cap && *cap) {
+      char* end = nullptr;
+      const double gib = std::strtod(cap, &end);
+      ST_CHECK(end && *end == 0 && gib > 0, "SHARDTRAIN_GPU_MEMORY_CAP_GIB='", cap,
+               "': a positive number of GiB expected");
+      cap_bytes_ = static_cast<size_t>(gib * double(size_t(1) << 30));
+    }
   }
 
   ~CudaBackend() override {
@@ -132,9 +142,16 @@ class CudaBackend final : public Backend {
   size_t memory_available_bytes() const override {
     size_t free = 0, total = 0;
     use_device();
-    return cudaMemGetInfo(&free, &total) == cudaSuccess ? free : 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+    if (cap_bytes_) {
+      const size_t held = live_bytes_ + matmul_->workspace_bytes();
+      free = std::min(free, cap_bytes_ > held ? cap_bytes_ - held : size_t(1));
+    }
+    return free;
   }
-  std::string memory_available_source() const override { return "free GPU memory (cudaMemGetInfo)"; }
+  std::string memory_available_source() const override {
+    return cap_bytes_ ? "the GPU memory cap (SHARDTRAIN_GPU_MEMORY_CAP_GIB)" : "free GPU memory (cudaMemGetInfo)";
+  }
 
   // ---- memory -----------------------------------------------------------------------
 
@@ -142,6 +159,9 @@ class CudaBackend final : public Backend {
     use_device();
     Tensor t{nullptr, dtype, numel};
     if (numel == 0) return t;
+    if (cap_bytes_ && live_bytes_ + matmul_->workspace_bytes() + t.bytes() > cap_bytes_)
+      fail("cuda backend: out of GPU memory allocating ", t.bytes(), " bytes: ", live_bytes_ + matmul_->workspace_bytes(),
+           " bytes held of the ", cap_bytes_, " that SHARDTRAIN_GPU_MEMORY_CAP_GIB allows");
     const cudaError_t e = cudaMallocAsync(&t.data, t.bytes(), stream_);
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
@@ -152,6 +172,7 @@ class CudaBackend final : public Backend {
     }
     ST_CUDA(e);
     ST_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
+    live_bytes_ += t.bytes();
     return t;
   }
   void free(Tensor& t) override {
@@ -159,6 +180,7 @@ class CudaBackend final : public Backend {
     if (t.data) {
       use_device();
       ST_CUDA(cudaFreeAsync(t.data, stream_));  // stream-ordered: safe while kernels still read it
+      live_bytes_ -= std::min(live_bytes_, t.bytes());
     }
     t.data = nullptr;
   }
@@ -604,6 +626,8 @@ class CudaBackend final : public Backend {
   bool cudnn_warned_ = false;
   int cc_ = 0;                  // compute capability, major * 10 + minor
   std::string fp8_why_not_;     // fp8_unsupported_reason()
+  size_t cap_bytes_ = 0;        // SHARDTRAIN_GPU_MEMORY_CAP_GIB (0: none)
+  size_t live_bytes_ = 0;       // what alloc() holds now
   unsigned* amax_dev_ = nullptr;  // fp8_quantize's amax word
   void* small_dev_ = nullptr;   // 64 bytes: sum_squares result, first bad id row
   double* sums_dev_ = nullptr;   // sum_squares_total: one result per part

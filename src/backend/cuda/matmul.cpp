@@ -102,6 +102,7 @@ Matmul::Matmul(cudaStream_t stream) : stream_(stream) {
 
 Matmul::~Matmul() {
   if (workspace_) cudaFree(workspace_);
+  if (scales_) cudaFree(scales_);
   if (handle_) cublasLtDestroy(handle_);
 }
 
@@ -129,6 +130,10 @@ bool Matmul::run(const Gemm& g) {
   ST_LT(cublasLtMatrixLayoutCreate(&d.l, g.d_type, g.m, g.n, g.m));
 
   const uint32_t al_a = alignment_of(g.A), al_b = alignment_of(g.B), al_d = alignment_of(g.D);
+  // FP8 GEMMs need every matrix 16-byte aligned: the heuristic may offer an algorithm for
+  // less, which cublasLtMatmul then refuses (NOT_SUPPORTED). A weight gradient slice of a
+  // unit's flat buffer may start anywhere; gemm() runs those through aligned scratch.
+  if (g.a_scale && std::min({al_a, al_b, al_d}) < 16) return false;
   std::ostringstream key;
   key << g.transa << g.transb << ' ' << g.m << ' ' << g.n << ' ' << g.k << ' ' << g.lda << ' ' << g.ldb << ' '
       << int(g.ab_type) << ' ' << int(g.d_type) << ' ' << (g.bias != nullptr) << ' ' << al_a << ' ' << al_b << ' '
@@ -161,8 +166,17 @@ bool Matmul::run(const Gemm& g) {
   }
   if (!it->second.found) return false;
   const float alpha = 1.0f;
-  ST_LT(cublasLtMatmul(handle_, desc.d, &alpha, g.A, a.l, g.B, b.l, &g.beta, g.D, d.l, g.D, d.l, &it->second.algo,
-                       workspace_, workspace_bytes_, stream_));
+  const cublasStatus_t st = cublasLtMatmul(handle_, desc.d, &alpha, g.A, a.l, g.B, b.l, &g.beta, g.D, d.l, g.D, d.l,
+                                           &it->second.algo, workspace_, workspace_bytes_, stream_);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    // The heuristic's algorithm refused the call as given: never again for this key;
+    // gemm() retries on aligned copies, without the bias epilogue.
+    if (verbose_) std::fprintf(stderr, "[gemm] %s: the algorithm refused the call; aligned copies instead\n",
+                               key.str().c_str());
+    it->second.found = false;
+    return false;
+  }
+  check_lt(st, "cublasLtMatmul");
   return true;
 }
 
@@ -247,7 +261,8 @@ void Matmul::gemm(Gemm g) {
   g.A = a.as<void>(), g.B = b.as<void>(), g.D = d.as<void>();
   if (!run(g))
     fail("matmul: cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " (transa ", g.transa,
-         ", transb ", g.transb, ", lda ", g.lda, ", ldb ", g.ldb, ")");
+         ", transb ", g.transb, ", lda ", g.lda, ", ldb ", g.ldb, ", types ", int(g.ab_type), "/", g.b_type, "->",
+         int(g.d_type), g.a_scale ? ", fp8 scales" : "", g.bias ? ", bias" : "", ", beta ", g.beta, ")");
   ST_CUDA(cudaMemcpyAsync(out, g.D, d_bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
@@ -289,6 +304,15 @@ void Matmul::fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Ten
          accumulate ? 1.0f : 0.0f};
   g.b_type = int(cuda_type(a.dtype));
   g.a_scale = b_inv.data, g.b_scale = a_inv.data;
+  if (alignment_of(g.a_scale) < 16 || alignment_of(g.b_scale) < 16) {
+    // The scales' slots of a caller's buffer may be 4-byte aligned: use aligned copies
+    // (stream-ordered, so the values are those the quantize before wrote).
+    if (!scales_) ST_CUDA(cudaMalloc(&scales_, 512));
+    float* s = static_cast<float*>(scales_);
+    ST_CUDA(cudaMemcpyAsync(s, g.a_scale, sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    ST_CUDA(cudaMemcpyAsync(s + 64, g.b_scale, sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    g.a_scale = s, g.b_scale = s + 64;
+  }
   g.fast_accum = fp8_fast_accum_;
   gemm_with_bias(g, out, bias, M, N);
 }

@@ -92,6 +92,7 @@ class Matmul {
   bool tuning_ = false;
   int forced_ = -1;  // SHARDTRAIN_GEMM_ALGO
   bool verbose_ = false;
+  void* scales_ = nullptr;  // FP8: 16-byte aligned copies of the two scales (512 bytes)
   bool fp8_fast_accum_ = false;  // SHARDTRAIN_FP8_FAST_ACCUM
   std::unordered_map<std::string, Cached> algos_;
 };
