@@ -112,14 +112,14 @@ void Backend::download(void* host, Tensor src) {
   if (src.numel) do_download(host, src);
 }
 
-void Backend::upload_async(Tensor dst, const void* host) {
+void Backend::upload_async(Tensor dst, const void* host, Lane lane) {
   check_not_empty("upload_async", dst);
-  if (dst.numel) do_upload_async(dst, host);
+  if (dst.numel) do_upload_async(dst, host, lane);
 }
 
-void Backend::download_async(void* host, Tensor src) {
+void Backend::download_async(void* host, Tensor src, Lane lane) {
   check_not_empty("download_async", src);
-  if (src.numel) do_download_async(host, src);
+  if (src.numel) do_download_async(host, src, lane);
 }
 
 void Backend::upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore, const char* what) {

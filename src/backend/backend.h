@@ -75,11 +75,17 @@ class Backend {
   // at the bus's rate); null when it cannot be had. Freed with free_host.
   virtual void* alloc_host(size_t bytes) { return std::malloc(bytes); }
   virtual void free_host(void* p) { std::free(p); }
-  // upload() / download() in the backend's order of work, without waiting for it: `host`
-  // should come from alloc_host, and the host must not read or reuse it before
-  // synchronize(). The CPU copies at once.
-  void upload_async(Tensor dst, const void* host);
-  void download_async(void* host, Tensor src);
+  // upload() / download() without waiting, in the order of work of a lane: Compute (the
+  // ops' own order), or ToDevice / ToHost, which run beside the compute (CUDA: streams of
+  // their own, so both directions of the bus and the kernels overlap). `host` should come
+  // from alloc_host; the host must not read or reuse it before the lane's work is done
+  // (synchronize() waits for Compute only: make Compute wait for the lane first). The CPU
+  // copies at once, whatever the lane.
+  enum class Lane { Compute, ToDevice, ToHost };
+  void upload_async(Tensor dst, const void* host, Lane lane = Lane::Compute);
+  void download_async(void* host, Tensor src, Lane lane = Lane::Compute);
+  // Work enqueued on `waiting` from now on starts after everything enqueued on `on` so far.
+  virtual void lane_wait(Lane waiting, Lane on) {}
   virtual void synchronize() {}
   // The stream the backend enqueues its work on (a cudaStream_t for CUDA), so that a
   // communicator can enqueue collectives in order with it; null where there is none.
@@ -227,8 +233,8 @@ class Backend {
   virtual void do_copy(Tensor dst, Tensor src) = 0;
   virtual void do_upload(Tensor dst, const void* host) = 0;
   virtual void do_download(void* host, Tensor src) = 0;
-  virtual void do_upload_async(Tensor dst, const void* host) { do_upload(dst, host); }
-  virtual void do_download_async(void* host, Tensor src) { do_download(host, src); }
+  virtual void do_upload_async(Tensor dst, const void* host, Lane) { do_upload(dst, host); }
+  virtual void do_download_async(void* host, Tensor src, Lane) { do_download(host, src); }
   // The ids are checked (host values in range): upload them; a backend may remember it.
   virtual void do_upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore) {
     do_upload(dst, host);

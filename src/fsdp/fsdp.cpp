@@ -38,11 +38,13 @@ Fsdp::Fsdp(const ShardPlan& plan, Backend& backend, Comm& comm, Comm* replicate,
     s.spans = plan.decay_spans(u, comm.rank());
     units_.push_back(s);
   }
+  // Two staging slots: one unit's state comes in while the previous one's is updated.
   if (opt_.offload_state) {
-    stage_m_ = be_.alloc(opt_.state_dtype, largest);
-    stage_v_ = be_.alloc(opt_.state_dtype, largest);
+    stage_m_ = be_.alloc(opt_.state_dtype, 2 * largest);
+    stage_v_ = be_.alloc(opt_.state_dtype, 2 * largest);
   }
-  if (opt_.offload_master) stage_master_ = be_.alloc(opt_.master_dtype, largest);
+  if (opt_.offload_master) stage_master_ = be_.alloc(opt_.master_dtype, 2 * largest);
+  stage_slot_ = largest;
 }
 
 Tensor Fsdp::host_alloc(DType dtype, size_t n) {
@@ -115,6 +117,7 @@ void Fsdp::refresh_low(int u) {
     be_.copy(s.low, s.master);
     return;
   }
+  be_.synchronize();  // the stream-ordered staging buffer is free (nothing of a step in flight)
   Tensor stage = stage_master_.slice(0, s.master.numel);
   be_.upload(stage, s.master.data);
   be_.copy(s.low, stage);
@@ -445,26 +448,42 @@ double Fsdp::grad_norm() {
   return std::sqrt(comm_.all_reduce_sum(local));
 }
 
+// With train.offload, unit u's state is uploaded into staging slot u % 2 on the
+// ToDevice lane while unit u-1 is updated on the compute lane, and downloaded from its
+// slot on the ToHost lane after its update: both directions of the bus and the kernels
+// overlap. The lanes' order: an upload into a slot waits for the download that last used
+// it (and that download for the update before it); an update waits for its upload.
 void Fsdp::step(const AdamWParams& params) {
   ST_NVTX_RANGE("optimizer step");
   sync_grads();
-  for (int u = 0; u < layout_.num_units(); ++u) {
+  using Lane = Backend::Lane;
+  const int U = layout_.num_units();
+  auto staged = [&](const Tensor& stage, int u) {
+    return stage.slice(size_t(u % 2) * stage_slot_, plan_.shard_numel(u));
+  };
+  auto bring_in = [&](int u) {
+    be_.lane_wait(Lane::ToDevice, Lane::ToHost);  // the slot's last download, and the host copy's
+    UnitState& s = units_[u];
+    if (opt_.offload_state) {
+      be_.upload_async(staged(stage_m_, u), s.m.data, Lane::ToDevice);
+      be_.upload_async(staged(stage_v_, u), s.v.data, Lane::ToDevice);
+    }
+    if (opt_.offload_master) be_.upload_async(staged(stage_master_, u), s.master.data, Lane::ToDevice);
+  };
+  if (opt_.offload_state) {
+    be_.lane_wait(Lane::ToDevice, Lane::Compute);  // the staging buffers exist; the gradients are final
+    bring_in(0);
+  }
+  for (int u = 0; u < U; ++u) {
     UnitState& s = units_[u];
     ST_CHECK(s.refs == 0, "optimizer step while a unit is still gathered");
     drop_full(s);  // stale after this step (and a prefetch in flight must land first)
-    const size_t n = plan_.shard_numel(u);
-    // Offloaded state comes in through the staging buffers and goes back after the
-    // update, all in the backend's order of work (the next unit's upload reuses the
-    // buffers only after this one's download).
     Tensor master = s.master, m = s.m, v = s.v;
     if (opt_.offload_state) {
-      m = stage_m_.slice(0, n), v = stage_v_.slice(0, n);
-      be_.upload_async(m, s.m.data);
-      be_.upload_async(v, s.v.data);
-    }
-    if (opt_.offload_master) {
-      master = stage_master_.slice(0, n);
-      be_.upload_async(master, s.master.data);
+      be_.lane_wait(Lane::Compute, Lane::ToDevice);  // unit u's state is in (u+1's is not yet asked for)
+      if (u + 1 < U) bring_in(u + 1);
+      m = staged(stage_m_, u), v = staged(stage_v_, u);
+      if (opt_.offload_master) master = staged(stage_master_, u);
     }
     const uint64_t first = plan_.range_of(u, comm_.rank()).begin;  // this shard's place in the unit
     for (const DecaySpan& sp : s.spans) {
@@ -481,11 +500,14 @@ void Fsdp::step(const AdamWParams& params) {
                        sp.numel, p);
     }
     if (opt_.offload_state) {
-      be_.download_async(s.m.data, m);
-      be_.download_async(s.v.data, v);
+      be_.lane_wait(Lane::ToHost, Lane::Compute);  // after the update
+      be_.download_async(s.m.data, m, Lane::ToHost);
+      be_.download_async(s.v.data, v, Lane::ToHost);
+      if (opt_.offload_master) be_.download_async(s.master.data, master, Lane::ToHost);
     }
-    if (opt_.offload_master) be_.download_async(s.master.data, master);
   }
+  // The compute lane's next work (and synchronize()) comes after the last download.
+  if (opt_.offload_state) be_.lane_wait(Lane::Compute, Lane::ToHost);
 }
 
 FsdpMemory Fsdp::memory() const {

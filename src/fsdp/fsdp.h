@@ -59,8 +59,9 @@ struct FsdpOptions {
   DType state_dtype = DType::F32;
   // train.offload: m and v (offload_state), and the master weights too (offload_master),
   // live in page-locked host memory (Backend::alloc_host); step() streams each unit's
-  // through one device staging buffer (upload, update, download, in the backend's order
-  // of work), and gathers read the master's compute-dtype copy kept on the device.
+  // through two device staging slots (the next unit uploads while this one updates, the
+  // previous one downloads: Backend's copy lanes), and gathers read the master's
+  // compute-dtype copy kept on the device.
   bool offload_state = false;
   bool offload_master = false;
 };
@@ -187,7 +188,8 @@ class Fsdp final : public ParamProvider {
   Comm* replicate_;
   FsdpOptions opt_;
   std::vector<UnitState> units_;
-  Tensor stage_master_, stage_m_, stage_v_;  // train.offload: the largest shard's, on the device
+  Tensor stage_master_, stage_m_, stage_v_;  // train.offload: two slots of the largest shard each, on the device
+  size_t stage_slot_ = 0;                     // elements per slot
   std::vector<Reduction> reductions_;   // oldest first
   bool replica_sync_ = true;
   size_t gathered_now_ = 0, gathered_peak_ = 0;

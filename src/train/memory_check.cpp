@@ -38,7 +38,7 @@ ShardElementBytes shard_element_bytes(const RunConfig& cfg, DType compute) {
   b.grad = 4;
   b.optimizer = offload_state ? 0 : 2 * ss;
   b.host = (offload_state ? 2 * ss : 0) + (offload_master ? ms : 0);
-  b.staging = b.host;
+  b.staging = 2 * b.host;  // two slots: one unit comes in while another is updated
   return b;
 }
 uint64_t MemoryEstimate::total() const { return saturate(static_cast<U>(device()) + host()); }

@@ -21,7 +21,7 @@ struct ShardElementBytes {
   unsigned grad = 4;       // the fp32 gradient
   unsigned optimizer = 8;  // AdamW m and v (0 when offloaded)
   unsigned host = 0;       // offloaded master and/or m and v
-  unsigned staging = 0;    // offloaded state streamed through the device, per element of the largest unit shard
+  unsigned staging = 0;    // offloaded state streamed through the device (two slots), per element of the largest unit shard
   unsigned device() const { return master + low + grad + optimizer; }
 };
 ShardElementBytes shard_element_bytes(const RunConfig& cfg, DType compute);

@@ -96,7 +96,7 @@ std::string format_memory_plan(const RunConfig& cfg, Device device, int world, i
   row(cfg.train.offload == "none" ? "optimizer state (" + cfg.optim.state_dtype + " AdamW m and v)"
                                   : "optimizer state: offloaded to host memory",
       p.optimizer);
-  if (p.staging) row("offload staging (the largest unit's state, streamed through)", p.staging);
+  if (p.staging) row("offload staging (two slots of the largest unit's state)", p.staging);
   if (!in_place) {
     row("units gathered at the peak of a step", p.gathered.total());
     line("    (" + p.gathered.where + ")");

@@ -291,7 +291,7 @@ void Trainer::print_header() const {
       mem.master_bytes);
   row("gradients (fp32 shard)", mem.grad_bytes);
   if (cfg_.train.offload == "none") row("optimizer state (" + cfg_.optim.state_dtype + " AdamW m and v)", mem.optimizer_bytes);
-  if (mem.staging_bytes) row("offload staging (the largest unit's state, streamed through)", mem.staging_bytes);
+  if (mem.staging_bytes) row("offload staging (two slots of the largest unit's state)", mem.staging_bytes);
   if (mem.host_bytes)
     row("host: offloaded " + std::string(cfg_.train.offload == "optimizer+master" ? md + " master, " : "") +
             cfg_.optim.state_dtype + " m and v (page-locked; train.offload=" + cfg_.train.offload + ")",

@@ -114,6 +114,10 @@ class CudaBackend final : public Backend {
     if (small_host_) (void)cudaFreeHost(small_host_);
     if (sums_dev_) (void)cudaFree(sums_dev_);
     if (sums_host_) (void)cudaFreeHost(sums_host_);
+    for (cudaStream_t s : lane_streams_)
+      if (s) (void)cudaStreamSynchronize(s), (void)cudaStreamDestroy(s);
+    for (cudaEvent_t e : lane_events_)
+      if (e) (void)cudaEventDestroy(e);
     if (stream_) (void)cudaStreamDestroy(stream_);
   }
 
@@ -253,14 +257,23 @@ class CudaBackend final : public Backend {
     ST_CUDA(cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
     ST_CUDA(cudaStreamSynchronize(stream_));
   }
-  void do_upload_async(Tensor dst, const void* host) override {
+  void do_upload_async(Tensor dst, const void* host, Lane lane) override {
     forget_checked_ids(dst);
     use_device();
-    ST_CUDA(cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, stream_));
+    ST_CUDA(cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, lane_stream(lane)));
   }
-  void do_download_async(void* host, Tensor src) override {
+  void do_download_async(void* host, Tensor src, Lane lane) override {
     use_device();
-    ST_CUDA(cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
+    ST_CUDA(cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, lane_stream(lane)));
+  }
+  void lane_wait(Lane waiting, Lane on) override {
+    if (waiting == on) return;
+    use_device();
+    cudaEvent_t& ev = lane_events_[int(on)];
+    if (!ev) ST_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    // A wait takes the event's latest record: one event per lane serves every wait.
+    ST_CUDA(cudaEventRecord(ev, lane_stream(on)));
+    ST_CUDA(cudaStreamWaitEvent(lane_stream(waiting), ev, 0));
   }
 
   // ---- element-wise -------------------------------------------------------------------
@@ -522,6 +535,13 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  cudaStream_t lane_stream(Lane lane) {
+    if (lane == Lane::Compute) return stream_;
+    cudaStream_t& s = lane_streams_[int(lane)];
+    if (!s) ST_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }
+
   // CUDA's current device is per host thread; make it ours before enqueuing.
   void use_device() const {
     int cur = -1;
@@ -627,6 +647,8 @@ class CudaBackend final : public Backend {
   int cc_ = 0;                  // compute capability, major * 10 + minor
   std::string fp8_why_not_;     // fp8_unsupported_reason()
   size_t cap_bytes_ = 0;        // SHARDTRAIN_GPU_MEMORY_CAP_GIB (0: none)
+  cudaStream_t lane_streams_[3] = {};  // Lane::ToDevice, Lane::ToHost (made at first use)
+  cudaEvent_t lane_events_[3] = {};    // lane_wait's marks, one per lane waited on
   size_t live_bytes_ = 0;       // what alloc() holds now
   unsigned* amax_dev_ = nullptr;  // fp8_quantize's amax word
   void* small_dev_ = nullptr;   // 64 bytes: sum_squares result, first bad id row
