@@ -112,6 +112,16 @@ void Backend::download(void* host, Tensor src) {
   if (src.numel) do_download(host, src);
 }
 
+void Backend::upload_async(Tensor dst, const void* host) {
+  check_not_empty("upload_async", dst);
+  if (dst.numel) do_upload_async(dst, host);
+}
+
+void Backend::download_async(void* host, Tensor src) {
+  check_not_empty("download_async", src);
+  if (src.numel) do_download_async(host, src);
+}
+
 void Backend::upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore, const char* what) {
   ST_CHECK(dst.dtype == DType::I32, "upload_ids: ", what, " tensor is ", dtype_name(dst.dtype), ", expected i32");
   check_ids_on_host(host, dst.numel, V, has_ignore, ignore, what);
@@ -369,10 +379,14 @@ void Backend::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N,
 namespace {
 
 void check_adamw(const char* op, Tensor param, Tensor grad, Tensor m, Tensor v, size_t n) {
-  check_buf(op, "param", param, DType::F32, n);
+  ST_CHECK(param.dtype == DType::F32 || param.dtype == DType::BF16, op, ": param is ", dtype_name(param.dtype),
+           "; f32 or bf16 expected");
+  ST_CHECK(m.dtype == DType::F32 || m.dtype == DType::BF16, op, ": m is ", dtype_name(m.dtype),
+           "; f32 or bf16 expected");
+  check_buf(op, "param", param, param.dtype, n);
   check_buf(op, "grad", grad, DType::F32, n);
-  check_buf(op, "m", m, DType::F32, n);
-  check_buf(op, "v", v, DType::F32, n);
+  check_buf(op, "m", m, m.dtype, n);
+  check_buf(op, "v", v, m.dtype, n);
 }
 
 }  // namespace

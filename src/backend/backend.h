@@ -35,6 +35,11 @@ struct AdamWParams {
   float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
   int step = 1;            // 1-based, for bias correction
   float grad_scale = 1.0f; // multiplies the gradient first (global-norm clipping)
+  // Stochastic rounding of bf16 stores (a bf16 param, m or v): element i draws
+  // counter_bits(round_key, round_index + i) (core/rng.h) and rounds with its bits
+  // (backend/stochastic_round.h), so the CPU and a GPU store the same bits.
+  uint64_t round_key = 0;
+  uint64_t round_index = 0;
 };
 
 // The ops with an argument contract are non-virtual fronts: each checks its
@@ -70,6 +75,11 @@ class Backend {
   // at the bus's rate); null when it cannot be had. Freed with free_host.
   virtual void* alloc_host(size_t bytes) { return std::malloc(bytes); }
   virtual void free_host(void* p) { std::free(p); }
+  // upload() / download() in the backend's order of work, without waiting for it: `host`
+  // should come from alloc_host, and the host must not read or reuse it before
+  // synchronize(). The CPU copies at once.
+  void upload_async(Tensor dst, const void* host);
+  void download_async(void* host, Tensor src);
   virtual void synchronize() {}
   // The stream the backend enqueues its work on (a cudaStream_t for CUDA), so that a
   // communicator can enqueue collectives in order with it; null where there is none.
@@ -178,6 +188,8 @@ class Backend {
 
   // ---- optimizer: AdamW with decoupled weight decay and bias correction ---------
   // param, grad, m, v (n) are F32. Caller passes weight_decay = 0 for no-decay spans.
+  // param (n) F32 or BF16, grad (n) F32, m and v (n) both F32 or both BF16: the update
+  // is computed in double from the stored values; bf16 stores round stochastically (p).
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p);
   // adamw, then copy (n, any float dtype) = the updated param converted, in one pass
   // where the backend can (the compute-dtype copy of the shard that gathers read).
@@ -215,6 +227,8 @@ class Backend {
   virtual void do_copy(Tensor dst, Tensor src) = 0;
   virtual void do_upload(Tensor dst, const void* host) = 0;
   virtual void do_download(void* host, Tensor src) = 0;
+  virtual void do_upload_async(Tensor dst, const void* host) { do_upload(dst, host); }
+  virtual void do_download_async(void* host, Tensor src) { do_download(host, src); }
   // The ids are checked (host values in range): upload them; a backend may remember it.
   virtual void do_upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore) {
     do_upload(dst, host);

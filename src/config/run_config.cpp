@@ -56,8 +56,9 @@ std::vector<Key> run_config_keys(RunConfig& c) {
       {"train.offload", &c.train.offload,
        "optimizer state kept in page-locked host memory instead of the GPU's, each unit's streamed through the "
        "GPU for its update: none, optimizer (AdamW's m and v), optimizer+master (and the master weights; the GPU "
-       "keeps their compute-dtype copy). Frees GPU memory for big models at the cost of PCIe traffic per step; "
-       "the same results bit for bit. The CPU backend ignores it (its memory is the host's)",
+       "keeps their compute-dtype copy). Frees GPU memory for big models at the cost of host<->GPU traffic every "
+       "step (the state's bytes each way); the same results bit for bit. The CPU backend runs the same path, "
+       "though its memory is the host's anyway",
        {}, offload_choices()},
       {"train.peak_tflops", &c.train.peak_tflops,
        "dense bf16 TFLOP/s that MFU is measured against; 0 = the datasheet value for the GPU "

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "core/log.h"
 #include "core/nvtx.h"
+#include "core/rng.h"
 #include "model/init.h"
 
 namespace st {
@@ -14,17 +17,54 @@ Fsdp::Fsdp(const ShardPlan& plan, Backend& backend, Comm& comm, Comm* replicate,
            comm.world());
   ST_CHECK(options.reduce_dtype == DType::F32 || options.reduce_dtype == DType::BF16,
            "gradients are reduced in f32 or bf16, not ", dtype_name(options.reduce_dtype));
+  ST_CHECK(options.master_dtype == DType::F32 || options.master_dtype == DType::BF16,
+           "master weights are f32 or bf16, not ", dtype_name(options.master_dtype));
+  ST_CHECK(options.state_dtype == DType::F32 || options.state_dtype == DType::BF16,
+           "AdamW state is f32 or bf16, not ", dtype_name(options.state_dtype));
+  ST_CHECK(options.offload_state || !options.offload_master, "offloading the master weights needs the optimizer "
+           "state offloaded too (train.offload=optimizer+master)");
+  // A compute copy where gathers cannot read the master itself.
+  const bool low = opt_.offload_master || opt_.master_dtype != opt_.compute_dtype;
+  size_t largest = 0;
   for (int u = 0; u < plan.num_units(); ++u) {
     UnitState s;
     const size_t n = plan.shard_numel(u);
-    s.master = be_.alloc(DType::F32, n);
+    largest = std::max(largest, n);
+    s.master = opt_.offload_master ? host_alloc(opt_.master_dtype, n) : be_.alloc(opt_.master_dtype, n);
     s.grad = be_.alloc(DType::F32, n);
-    s.m = be_.alloc(DType::F32, n);
-    s.v = be_.alloc(DType::F32, n);
-    if (opt_.compute_dtype != DType::F32) s.low = be_.alloc(opt_.compute_dtype, n);
+    s.m = opt_.offload_state ? host_alloc(opt_.state_dtype, n) : be_.alloc(opt_.state_dtype, n);
+    s.v = opt_.offload_state ? host_alloc(opt_.state_dtype, n) : be_.alloc(opt_.state_dtype, n);
+    if (low) s.low = be_.alloc(opt_.compute_dtype, n);
     s.spans = plan.decay_spans(u, comm.rank());
     units_.push_back(s);
   }
+  if (opt_.offload_state) {
+    stage_m_ = be_.alloc(opt_.state_dtype, largest);
+    stage_v_ = be_.alloc(opt_.state_dtype, largest);
+  }
+  if (opt_.offload_master) stage_master_ = be_.alloc(opt_.master_dtype, largest);
+}
+
+Tensor Fsdp::host_alloc(DType dtype, size_t n) {
+  Tensor t{nullptr, dtype, n};
+  if (n == 0) return t;
+  t.data = be_.alloc_host(t.bytes());
+  if (!t.data)
+    fail("train.offload: cannot allocate ", human_bytes(double(t.bytes())), " of page-locked host memory for the "
+         "offloaded optimizer state (the host is out of memory, or its locked-memory limit, ulimit -l, is too low)");
+  std::memset(t.data, 0, t.bytes());
+  return t;
+}
+
+void Fsdp::host_free(Tensor& t) {
+  if (t.empty()) return;
+  be_.free_host(t.data);
+  t.data = nullptr;
+}
+
+bool Fsdp::on_host(ShardState which) const {
+  if (which == ShardState::Master) return opt_.offload_master;
+  return which != ShardState::Grad && opt_.offload_state;
 }
 
 Fsdp::~Fsdp() {
@@ -38,21 +78,74 @@ Fsdp::~Fsdp() {
   for (Reduction& r : reductions_)
     for (Tensor* t : {&r.full_grad, &r.part})
       if (!t->empty()) be_.free(*t);
-  for (auto& s : units_)
+  try {
+    be_.synchronize();  // offloaded state may still be in flight to the host
+  } catch (...) {
+  }
+  for (auto& s : units_) {
+    if (opt_.offload_master) host_free(s.master);
+    if (opt_.offload_state) host_free(s.m), host_free(s.v);
     for (Tensor* t : {&s.master, &s.grad, &s.m, &s.v, &s.low, &s.full, &s.full_grad})
       if (!t->empty()) be_.free(*t);
+  }
+  for (Tensor* t : {&stage_master_, &stage_m_, &stage_v_})
+    if (!t->empty()) be_.free(*t);
 }
 
 void Fsdp::init_weights(uint64_t seed, double std) {
   for (int u = 0; u < layout_.num_units(); ++u) {
     const ElemRange r = plan_.range_of(u, comm_.rank());
-    init_unit_tensor(be_, layout_.unit(u), seed, std, r.begin, r.end, units_[u].master);
-    refresh_low(units_[u]);
+    UnitState& s = units_[u];
+    if (s.master.dtype == DType::F32 && !opt_.offload_master) {
+      init_unit_tensor(be_, layout_.unit(u), seed, std, r.begin, r.end, s.master);
+    } else {  // initialised in f32, then stored (rounded to nearest)
+      Tensor f32 = be_.alloc(DType::F32, plan_.shard_numel(u));
+      init_unit_tensor(be_, layout_.unit(u), seed, std, r.begin, r.end, f32);
+      set_state_f32(u, ShardState::Master, f32);
+      be_.free(f32);
+    }
+    refresh_low(u);
   }
 }
 
-void Fsdp::refresh_low(UnitState& s) {
-  if (!s.low.empty()) be_.copy(s.low, s.master);
+void Fsdp::refresh_low(int u) {
+  UnitState& s = units_[u];
+  if (s.low.empty()) return;
+  if (!opt_.offload_master) {
+    be_.copy(s.low, s.master);
+    return;
+  }
+  Tensor stage = stage_master_.slice(0, s.master.numel);
+  be_.upload(stage, s.master.data);
+  be_.copy(s.low, stage);
+}
+
+Tensor Fsdp::state_f32(int u, ShardState which) {
+  Tensor& t = state_tensor(u, which);
+  Tensor f32 = be_.alloc(DType::F32, t.numel);
+  if (!on_host(which)) {
+    be_.copy(f32, t);
+    return f32;
+  }
+  be_.synchronize();  // the last step's downloads into host memory have landed
+  Tensor stage = be_.alloc(t.dtype, t.numel);
+  be_.upload(stage, t.data);
+  be_.copy(f32, stage);
+  be_.free(stage);
+  return f32;
+}
+
+void Fsdp::set_state_f32(int u, ShardState which, Tensor f32) {
+  Tensor& t = state_tensor(u, which);
+  if (!on_host(which)) {
+    be_.copy(t, f32);  // rounded to nearest where t is bf16
+    return;
+  }
+  be_.synchronize();
+  Tensor stage = be_.alloc(t.dtype, t.numel);
+  be_.copy(stage, f32);
+  be_.download(t.data, stage);
+  be_.free(stage);
 }
 
 void Fsdp::load_unit(int u, const std::vector<float>& values) {
@@ -64,14 +157,19 @@ void Fsdp::load_unit(int u, const std::vector<float>& values) {
   std::copy(values.begin() + valid.begin, values.begin() + valid.end, shard.begin());
   UnitState& s = units_[u];
   if (s.refs == 0) drop_full(s);  // stale now (before the upload: an in-flight gather reads master)
-  be_.upload(s.master, shard.data());
-  refresh_low(s);
+  Tensor f32 = be_.alloc(DType::F32, shard.size());
+  be_.upload(f32, shard.data());
+  set_state_f32(u, ShardState::Master, f32);
+  be_.free(f32);
+  refresh_low(u);
 }
 
 std::vector<float> Fsdp::gather_unit(int u) {
   sync_grads();
   Tensor all = be_.alloc(DType::F32, plan_.padded_numel(u));
-  comm_.all_gather(all, units_[u].master, plan_.shard_numel(u));
+  Tensor mine = state_f32(u, ShardState::Master);
+  comm_.all_gather(all, mine, plan_.shard_numel(u));
+  be_.free(mine);
   std::vector<float> v(plan_.padded_numel(u));
   be_.download(v.data(), all);
   be_.free(all);
@@ -90,7 +188,16 @@ Tensor& Fsdp::state_tensor(int u, ShardState which) {
   }
 }
 
-void Fsdp::download_shard_into(int u, ShardState which, float* host) { be_.download(host, state_tensor(u, which)); }
+void Fsdp::download_shard_into(int u, ShardState which, float* host) {
+  Tensor& t = state_tensor(u, which);
+  if (t.dtype == DType::F32 && !on_host(which)) {
+    be_.download(host, t);
+    return;
+  }
+  Tensor f32 = state_f32(u, which);  // bf16 widens exactly
+  be_.download(host, f32);
+  be_.free(f32);
+}
 
 std::vector<float> Fsdp::download_shard(int u, ShardState which) {
   std::vector<float> v(plan_.shard_numel(u));
@@ -103,8 +210,16 @@ void Fsdp::upload_shard(int u, ShardState which, const std::vector<float>& value
            plan_.shard_numel(u), " values expected, got ", values.size());
   UnitState& s = units_.at(u);
   if (which == ShardState::Master && s.refs == 0) drop_full(s);  // its gathered copy is stale
-  be_.upload(state_tensor(u, which), values.data());
-  if (which == ShardState::Master) refresh_low(s);
+  Tensor& t = state_tensor(u, which);
+  if (t.dtype == DType::F32 && !on_host(which)) {
+    be_.upload(t, values.data());
+  } else {  // converted (rounded to nearest; exact for values saved from bf16)
+    Tensor f32 = be_.alloc(DType::F32, values.size());
+    be_.upload(f32, values.data());
+    set_state_f32(u, which, f32);
+    be_.free(f32);
+  }
+  if (which == ShardState::Master) refresh_low(u);
 }
 
 void Fsdp::zero_grads() {
@@ -333,31 +448,55 @@ double Fsdp::grad_norm() {
 void Fsdp::step(const AdamWParams& params) {
   ST_NVTX_RANGE("optimizer step");
   sync_grads();
-  for (auto& s : units_) {
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    UnitState& s = units_[u];
     ST_CHECK(s.refs == 0, "optimizer step while a unit is still gathered");
     drop_full(s);  // stale after this step (and a prefetch in flight must land first)
+    const size_t n = plan_.shard_numel(u);
+    // Offloaded state comes in through the staging buffers and goes back after the
+    // update, all in the backend's order of work (the next unit's upload reuses the
+    // buffers only after this one's download).
+    Tensor master = s.master, m = s.m, v = s.v;
+    if (opt_.offload_state) {
+      m = stage_m_.slice(0, n), v = stage_v_.slice(0, n);
+      be_.upload_async(m, s.m.data);
+      be_.upload_async(v, s.v.data);
+    }
+    if (opt_.offload_master) {
+      master = stage_master_.slice(0, n);
+      be_.upload_async(master, s.master.data);
+    }
+    const uint64_t first = plan_.range_of(u, comm_.rank()).begin;  // this shard's place in the unit
     for (const DecaySpan& sp : s.spans) {
       AdamWParams p = params;
       if (!sp.decay) p.weight_decay = 0;
+      p.round_key = hash_combine(params.round_key, static_cast<uint64_t>(u));
+      p.round_index = first + sp.offset;
       if (s.low.empty())
-        be_.adamw(s.master.slice(sp.offset, sp.numel), s.grad.slice(sp.offset, sp.numel),
-                  s.m.slice(sp.offset, sp.numel), s.v.slice(sp.offset, sp.numel), sp.numel, p);
+        be_.adamw(master.slice(sp.offset, sp.numel), s.grad.slice(sp.offset, sp.numel), m.slice(sp.offset, sp.numel),
+                  v.slice(sp.offset, sp.numel), sp.numel, p);
       else  // the update and the compute-dtype copy in one pass
-        be_.adamw_copy(s.master.slice(sp.offset, sp.numel), s.grad.slice(sp.offset, sp.numel),
-                       s.m.slice(sp.offset, sp.numel), s.v.slice(sp.offset, sp.numel),
-                       s.low.slice(sp.offset, sp.numel), sp.numel, p);
+        be_.adamw_copy(master.slice(sp.offset, sp.numel), s.grad.slice(sp.offset, sp.numel),
+                       m.slice(sp.offset, sp.numel), v.slice(sp.offset, sp.numel), s.low.slice(sp.offset, sp.numel),
+                       sp.numel, p);
     }
+    if (opt_.offload_state) {
+      be_.download_async(s.m.data, m);
+      be_.download_async(s.v.data, v);
+    }
+    if (opt_.offload_master) be_.download_async(s.master.data, master);
   }
 }
 
 FsdpMemory Fsdp::memory() const {
   FsdpMemory m;
   for (const auto& s : units_) {
-    m.master_bytes += s.master.bytes();
+    (opt_.offload_master ? m.host_bytes : m.master_bytes) += s.master.bytes();
     m.grad_bytes += s.grad.bytes();
-    m.optimizer_bytes += s.m.bytes() + s.v.bytes();
+    (opt_.offload_state ? m.host_bytes : m.optimizer_bytes) += s.m.bytes() + s.v.bytes();
     m.master_bytes += s.low.empty() ? 0 : s.low.bytes();
   }
+  for (const Tensor* t : {&stage_master_, &stage_m_, &stage_v_}) m.staging_bytes += t->bytes();
   m.gathered_peak_bytes = gathered_peak_;
   return m;
 }

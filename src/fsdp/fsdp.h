@@ -51,10 +51,24 @@ struct FsdpOptions {
   // shard is widened and added to the fp32 shard gradient (the HSDP replica all-reduce
   // likewise), half the bytes on the wire.
   DType reduce_dtype = DType::F32;
+  // The master weights' and AdamW moments' dtypes (optim.master_dtype, optim.state_dtype):
+  // F32, or BF16 (each update computed in double and stored with stochastic rounding,
+  // keyed by AdamWParams::round_key, the unit and the element's place in the unit, so the
+  // same at any world size). A master in the compute dtype is gathered as is.
+  DType master_dtype = DType::F32;
+  DType state_dtype = DType::F32;
+  // train.offload: m and v (offload_state), and the master weights too (offload_master),
+  // live in page-locked host memory (Backend::alloc_host); step() streams each unit's
+  // through one device staging buffer (upload, update, download, in the backend's order
+  // of work), and gathers read the master's compute-dtype copy kept on the device.
+  bool offload_state = false;
+  bool offload_master = false;
 };
 
 struct FsdpMemory {
-  size_t master_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  // On the device: master (+ its compute copy), gradient, m and v, offload staging;
+  // host_bytes: what train.offload keeps in page-locked host memory.
+  size_t master_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, staging_bytes = 0, host_bytes = 0;
   size_t gathered_peak_bytes = 0;  // largest gathered weights + gradients seen at once
 };
 
@@ -120,11 +134,11 @@ class Fsdp final : public ParamProvider {
 
  private:
   struct UnitState {
-    Tensor master, grad, m, v;      // (shard) f32
+    Tensor master, grad, m, v;      // (shard) master and m, v in their dtypes (host memory when offloaded), grad f32
     // (shard) the master weights in the compute dtype, written by the optimizer step
     // (one pass with the update), so gathers read it without a cast; empty when the
     // compute dtype is f32 (they read `master`).
-    Tensor low;
+    Tensor low;                     // also when the master is offloaded or not in the compute dtype
     Tensor full;                    // (padded) compute dtype, while gathered
     Tensor full_grad;               // (padded) f32, while this micro-batch accumulates
     CommWork gathering;             // the all-gather filling `full`, until acquired
@@ -145,9 +159,15 @@ class Fsdp final : public ParamProvider {
     bool replaces = false;    // replicating a bf16 copy of the whole shard (in `part`): it replaces the shard
   };
   Tensor& state_tensor(int u, ShardState which);  // the shard tensor of `which` (gradient synced)
+  bool on_host(ShardState which) const;            // kept in host memory (train.offload)
+  // A device f32 copy of unit u's `which` (the caller frees it), and the way back.
+  Tensor state_f32(int u, ShardState which);
+  void set_state_f32(int u, ShardState which, Tensor f32);
+  Tensor host_alloc(DType dtype, size_t n);       // page-locked, zero-filled
+  void host_free(Tensor& t);
   // What gathers read: `low`, or `master` when the compute dtype is f32.
   Tensor& compute_shard(UnitState& s) { return s.low.empty() ? s.master : s.low; }
-  void refresh_low(UnitState& s);        // low = master, after master changed other than by step()
+  void refresh_low(int u);               // low = master, after master changed other than by step()
 
   void start_gather(int u);
   void drop_full(UnitState& s);          // frees the gathered weights once no collective uses them
@@ -167,6 +187,7 @@ class Fsdp final : public ParamProvider {
   Comm* replicate_;
   FsdpOptions opt_;
   std::vector<UnitState> units_;
+  Tensor stage_master_, stage_m_, stage_v_;  // train.offload: the largest shard's, on the device
   std::vector<Reduction> reductions_;   // oldest first
   bool replica_sync_ = true;
   size_t gathered_now_ = 0, gathered_peak_ = 0;

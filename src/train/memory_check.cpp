@@ -24,7 +24,23 @@ std::string b(uint64_t v) { return human_bytes(static_cast<double>(v)); }
 uint64_t MemoryEstimate::device() const {
   return saturate(static_cast<U>(parameters) + gathered + activations + workspace);
 }
-uint64_t MemoryEstimate::host() const { return saturate(static_cast<U>(batches) + loaded + checkpoint); }
+uint64_t MemoryEstimate::host() const {
+  return saturate(static_cast<U>(batches) + loaded + checkpoint + offloaded);
+}
+
+ShardElementBytes shard_element_bytes(const RunConfig& cfg, DType compute) {
+  const bool offload_state = cfg.train.offload != "none", offload_master = cfg.train.offload == "optimizer+master";
+  const unsigned ms = cfg.optim.master_dtype == "bf16" ? 2 : 4, ss = cfg.optim.state_dtype == "bf16" ? 2 : 4;
+  const DType master_dtype = ms == 2 ? DType::BF16 : DType::F32;
+  ShardElementBytes b;
+  b.master = offload_master ? 0 : ms;
+  b.low = (offload_master || master_dtype != compute) ? unsigned(dtype_size(compute)) : 0;
+  b.grad = 4;
+  b.optimizer = offload_state ? 0 : 2 * ss;
+  b.host = (offload_state ? 2 * ss : 0) + (offload_master ? ms : 0);
+  b.staging = b.host;
+  return b;
+}
 uint64_t MemoryEstimate::total() const { return saturate(static_cast<U>(device()) + host()); }
 
 MemoryEstimate estimate_rank_memory(const RunConfig& cfg, DType compute, int shard_world, bool in_place,
@@ -41,8 +57,12 @@ MemoryEstimate estimate_rank_memory(const RunConfig& cfg, DType compute, int sha
   const U shard = (params + world - 1) / world;
   const U cdt = dtype_size(compute);
   MemoryEstimate e;
-  // Fsdp: per unit master, grad, m, v in fp32, plus `low` in the compute dtype when it is not fp32.
-  e.parameters = saturate(shard * (16 + (compute == DType::F32 ? 0 : cdt)));
+  // Fsdp: per unit master, grad, m, v, `low`, by shard_element_bytes; offloaded state is
+  // streamed through a staging buffer the size of the largest unit's shard.
+  const ShardElementBytes eb = shard_element_bytes(cfg, compute);
+  const U largest_shard = (std::max({embed, per_layer, final_unit}) + world - 1) / world;
+  e.parameters = saturate(shard * eb.device() + largest_shard * eb.staging);
+  e.offloaded = saturate(shard * eb.host);
   if (!in_place) e.gathered = saturate(std::max({embed, per_layer, final_unit}) * (cdt + 4));
   e.activations = Qwen2Model::activation_bytes_for(m, compute, cfg.train.micro_batch, cfg.train.seq_len,
                                                    compute == DType::F32 ? 0 : 4096, parse_recompute(cfg.train.recompute),
@@ -50,7 +70,7 @@ MemoryEstimate estimate_rank_memory(const RunConfig& cfg, DType compute, int sha
   e.workspace = workspace_bytes;
   e.batches = saturate(static_cast<U>(cfg.train.grad_accum) * cfg.train.micro_batch * cfg.train.seq_len * 8);
   if (!cfg.model_options.init_from.empty()) e.loaded = saturate(params * 4);
-  if (cfg.run.checkpoint_every > 0) e.checkpoint = saturate(shard * 12);
+  if (cfg.run.checkpoint_every > 0) e.checkpoint = saturate(shard * 12);  // fp32 master, m, v
   return e;
 }
 
@@ -61,8 +81,9 @@ void check_rank_memory(const RunConfig& cfg, Backend& backend, int shard_world, 
   const U ranks = static_cast<U>(std::max(ranks_on_host, 1));
 
   std::string parts = "parameters " + b(e.parameters) + " (" + human_count(static_cast<double>(cfg.model.num_params())) +
-                      " sharded over " + std::to_string(shard_world) + ": fp32 master, gradient, AdamW m and v" +
-                      (cpu ? "" : ", bf16 copy") + ")";
+                      " sharded over " + std::to_string(shard_world) + ": " + cfg.optim.master_dtype +
+                      " master, fp32 gradient, " + cfg.optim.state_dtype + " AdamW m and v" +
+                      (cfg.train.offload == "none" ? "" : ", train.offload=" + cfg.train.offload) + ")";
   if (e.gathered) parts += ", largest unit gathered " + b(e.gathered);
   parts += ", activations " + b(e.activations) + " (train.micro_batch " + std::to_string(cfg.train.micro_batch) +
            " x train.seq_len " + std::to_string(cfg.train.seq_len) +
@@ -71,8 +92,11 @@ void check_rank_memory(const RunConfig& cfg, Backend& backend, int shard_world, 
   std::string host_parts = "token ids " + b(e.batches) + " (train.grad_accum " + std::to_string(cfg.train.grad_accum) + ")";
   if (e.loaded) host_parts += ", model.init_from loaded in fp32 " + b(e.loaded);
   if (e.checkpoint) host_parts += ", checkpoint copy " + b(e.checkpoint);
+  if (e.offloaded) host_parts += ", offloaded state " + b(e.offloaded) + " (train.offload=" + cfg.train.offload + ")";
   const std::string hint =
-      ". Use a smaller model, a smaller train.micro_batch, train.seq_len or train.grad_accum, train.recompute, or more ranks";
+      ". Use a smaller model, a smaller train.micro_batch, train.seq_len or train.grad_accum, train.recompute, "
+      "optim.state_dtype=bf16 and optim.master_dtype=bf16, train.offload, or more ranks (train --run.dry_run=true "
+      "plans each without a GPU)";
 
   auto refuse = [&](uint64_t each, const std::string& what, size_t available, const std::string& source) {
     const uint64_t need = saturate(static_cast<U>(each) * ranks);

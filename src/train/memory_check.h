@@ -11,12 +11,27 @@
 
 namespace st {
 
+// Bytes per element of a rank's shard, by optim.master_dtype, optim.state_dtype and
+// train.offload, as Fsdp allocates them (FsdpOptions from the same config): where the
+// backend computes, and in page-locked host memory when offloaded. One rule for the
+// trainer's estimate, the check before allocating and the dry run's plan.
+struct ShardElementBytes {
+  unsigned master = 4;     // the master weights (0 when offloaded)
+  unsigned low = 0;        // their compute-dtype copy, where the compute dtype differs or the master is offloaded
+  unsigned grad = 4;       // the fp32 gradient
+  unsigned optimizer = 8;  // AdamW m and v (0 when offloaded)
+  unsigned host = 0;       // offloaded master and/or m and v
+  unsigned staging = 0;    // offloaded state streamed through the device, per element of the largest unit shard
+  unsigned device() const { return master + low + grad + optimizer; }
+};
+ShardElementBytes shard_element_bytes(const RunConfig& cfg, DType compute);
+
 // A lower bound of one rank's memory at its peak, in bytes. Padding, the gathered
 // units beyond the one being computed, a reduction in flight, allocator slack and the
 // data source's own buffers are not counted.
 struct MemoryEstimate {
   // Where the backend computes (the GPU, or host RAM for the CPU backend):
-  uint64_t parameters = 0;   // this rank's shard: fp32 master, fp32 gradient, AdamW m and v, and the bf16 copy on a GPU
+  uint64_t parameters = 0;   // this rank's shard: master, fp32 gradient, AdamW m and v, a compute copy, offload staging
   uint64_t gathered = 0;     // sharded runs: the largest unit gathered in the compute dtype, with its fp32 gradient
   uint64_t activations = 0;  // one micro-batch's activations and scratch (Qwen2Model::activation_bytes_for)
   uint64_t workspace = 0;    // the backend's fixed buffers
@@ -24,9 +39,10 @@ struct MemoryEstimate {
   uint64_t batches = 0;      // a step's micro-batches of token ids (train.grad_accum x inputs and targets)
   uint64_t loaded = 0;       // model.init_from: the whole model in fp32 while it is loaded
   uint64_t checkpoint = 0;   // run.checkpoint_every > 0: the host copy of the shards a save writes from
+  uint64_t offloaded = 0;    // train.offload: the shard's state kept in page-locked host memory
 
   uint64_t device() const;   // the first four (saturating)
-  uint64_t host() const;     // the last three
+  uint64_t host() const;     // the last four
   uint64_t total() const;    // all of it: the CPU backend's one memory
 };
 

@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "model/layout.h"
 #include "model/qwen2.h"
+#include "train/memory_check.h"
 
 namespace st {
 
@@ -15,14 +16,19 @@ MemoryPlan plan_rank_memory(const RunConfig& cfg, Device device, int shard_world
   const ShardPlan plan(layout, std::max(shard_world, 1));
   const bool cpu = device == Device::CPU;
   const DType compute = cpu ? DType::F32 : DType::BF16;
+  const ShardElementBytes eb = shard_element_bytes(cfg, compute);
   MemoryPlan p;
+  size_t largest = 0;
   for (int u = 0; u < plan.num_units(); ++u) {
     const size_t n = plan.shard_numel(u);
-    p.master += n * 4;
-    p.grad += n * 4;
-    p.optimizer += 2 * n * 4;
-    if (!cpu) p.low += n * dtype_size(compute);
+    p.master += n * eb.master;
+    p.low += n * eb.low;
+    p.grad += n * eb.grad;
+    p.optimizer += n * eb.optimizer;
+    p.offloaded += n * eb.host;
+    largest = std::max(largest, n);
   }
+  p.staging = largest * eb.staging;
   if (!in_place)
     p.gathered = plan.gathered_peak(dtype_size(compute), cfg.dist.reshard_after_forward,
                                     cfg.dist.reduce_dtype == "bf16" ? 2 : 4);
@@ -78,11 +84,19 @@ std::string format_memory_plan(const RunConfig& cfg, Device device, int world, i
   line("plan for model " + cfg.model.source + " (" + human_count(double(cfg.model.num_params())) + " params) on " +
        (cpu ? std::string("the CPU") : std::string("a GPU")) + ", " + sharding + "; micro-batch " +
        std::to_string(cfg.train.micro_batch) + " x seq " + std::to_string(cfg.train.seq_len) + ", recompute " +
-       cfg.train.recompute + ", matmuls " + cfg.train.matmul_dtype);
+       cfg.train.recompute + ", matmuls " + cfg.train.matmul_dtype + ", optimizer state " + cfg.optim.state_dtype +
+       ", master weights " + cfg.optim.master_dtype + ", offload " + cfg.train.offload);
   line(std::string("memory per rank (") + (cpu ? "host RAM" : "GPU") + "):");
-  row(cpu ? "weights (fp32 master shard)" : "weights (fp32 master shard + its bf16 copy)", p.master + p.low);
+  const bool offload_master = cfg.train.offload == "optimizer+master";
+  std::string weights = "weights (" + cfg.optim.master_dtype + " master shard";
+  if (offload_master) weights = "weights (" + std::string(cpu ? "fp32" : "bf16") + " copy of the offloaded master";
+  else if (p.low) weights += std::string(" + its ") + (cpu ? "fp32" : "bf16") + " copy";
+  row(weights + ")", p.master + p.low);
   row("gradients (fp32 shard)", p.grad);
-  row("optimizer state (fp32 AdamW m and v)", p.optimizer);
+  row(cfg.train.offload == "none" ? "optimizer state (" + cfg.optim.state_dtype + " AdamW m and v)"
+                                  : "optimizer state: offloaded to host memory",
+      p.optimizer);
+  if (p.staging) row("offload staging (the largest unit's state, streamed through)", p.staging);
   if (!in_place) {
     row("units gathered at the peak of a step", p.gathered.total());
     line("    (" + p.gathered.where + ")");
@@ -99,6 +113,10 @@ std::string format_memory_plan(const RunConfig& cfg, Device device, int world, i
   row("token ids (train.grad_accum micro-batches)", p.batches);
   if (p.loaded) row("model.init_from, loaded in fp32", p.loaded);
   if (p.checkpoint) row("checkpoint host copy", p.checkpoint);
+  if (p.offloaded)
+    row("offloaded state (" + std::string(offload_master ? cfg.optim.master_dtype + " master, " : "") +
+            cfg.optim.state_dtype + " m and v; page-locked)",
+        p.offloaded);
   if (limit == 0) {
     line("no memory size to check against: give --run.gpu_memory_gib (e.g. 22.5 for an L4, 80 for an H100)");
     return out;

@@ -20,10 +20,11 @@ constexpr size_t kCudaPlannedWorkspaceBytes = size_t(32) << 20;
 
 struct MemoryPlan {
   // Where the backend computes (the GPU, or host RAM for the CPU backend):
-  size_t master = 0;       // the fp32 master shard (padded as Fsdp pads it)
-  size_t low = 0;          // its compute-dtype copy (GPU: bf16)
+  size_t master = 0;       // the master shard in optim.master_dtype (padded as Fsdp pads it; 0 offloaded)
+  size_t low = 0;          // its compute-dtype copy (GPU: bf16), where gathers need one
   size_t grad = 0;         // the fp32 gradient shard
-  size_t optimizer = 0;    // AdamW m and v, fp32
+  size_t optimizer = 0;    // AdamW m and v in optim.state_dtype (0 offloaded)
+  size_t staging = 0;      // train.offload: the largest unit's offloaded state, streamed through
   GatheredMemory gathered; // units gathered at the peak of a step (none in place)
   size_t activations = 0;  // one micro-batch's activations and scratch
   size_t workspace = 0;    // the backend's fixed buffers
@@ -31,11 +32,12 @@ struct MemoryPlan {
   size_t batches = 0;      // a step's token ids (inputs and targets, grad_accum micro-batches)
   size_t loaded = 0;       // model.init_from in fp32 while it loads
   size_t checkpoint = 0;   // the host copy a checkpoint save writes from
+  size_t offloaded = 0;    // train.offload: the shard's state in page-locked host memory
 
   size_t device_total() const {
-    return master + low + grad + optimizer + gathered.total() + activations + workspace;
+    return master + low + grad + optimizer + staging + gathered.total() + activations + workspace;
   }
-  size_t host_total() const { return batches + loaded + checkpoint; }
+  size_t host_total() const { return batches + loaded + checkpoint + offloaded; }
 };
 
 // `shard_world`: the ranks the parameters are sharded over; `in_place`: a world of one

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/nvtx.h"
+#include "core/rng.h"
 #include "fabric/transport_report.h"
 #include "io/hf_checkpoint.h"
 #include "io/checkpoint.h"
@@ -91,7 +92,7 @@ void check_out_dir_fresh(const RunConfig& cfg, Comm& comm, int start, int restar
 
 // The AdamW parameters of step s (0-based): the schedule's learning rate, and the
 // gradient scaled down to optim.grad_clip when its global norm is above it.
-AdamWParams adamw_at(const OptimOptions& o, const LrSchedule& schedule, int s, double grad_norm) {
+AdamWParams adamw_at(const OptimOptions& o, const LrSchedule& schedule, int s, double grad_norm, uint64_t seed) {
   AdamWParams p;
   p.lr = static_cast<float>(schedule.at(s));
   p.beta1 = static_cast<float>(o.beta1);
@@ -101,6 +102,8 @@ AdamWParams adamw_at(const OptimOptions& o, const LrSchedule& schedule, int s, d
   p.step = s + 1;
   const double clip = o.grad_clip;
   p.grad_scale = clip > 0 && grad_norm > clip ? static_cast<float>(clip / grad_norm) : 1.0f;
+  // bf16 state rounds with fresh bits every step, the same on every rank and on resume.
+  p.round_key = hash_combine(hash_combine(seed, 0x6f7074696d), static_cast<uint64_t>(s));
   return p;
 }
 
@@ -149,6 +152,10 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
                           cfg.model.head_dim());
   fo.reshard_after_forward = cfg.dist.reshard_after_forward;
   fo.reduce_dtype = cfg.dist.reduce_dtype == "bf16" ? DType::BF16 : DType::F32;
+  fo.master_dtype = cfg.optim.master_dtype == "bf16" ? DType::BF16 : DType::F32;
+  fo.state_dtype = cfg.optim.state_dtype == "bf16" ? DType::BF16 : DType::F32;
+  fo.offload_state = cfg.train.offload != "none";
+  fo.offload_master = cfg.train.offload == "optimizer+master";
   // The inputs before the model's memory: bad data or a bad checkpoint is refused
   // before the shards and activations are allocated.
   data_ = make_token_source(cfg.data, cfg.model.vocab_size, cfg.train.seed, cfg.train.seq_len);
@@ -209,7 +216,7 @@ std::string Trainer::memory_check_line(size_t measured_peak) const {
 
 size_t Trainer::estimated_peak_bytes() const {
   const FsdpMemory mem = fsdp_->memory();
-  return mem.master_bytes + mem.grad_bytes + mem.optimizer_bytes + gathered_estimate().total() +
+  return mem.master_bytes + mem.grad_bytes + mem.optimizer_bytes + mem.staging_bytes + gathered_estimate().total() +
          model_->activation_bytes() + be_.workspace_bytes();
 }
 
@@ -276,10 +283,19 @@ void Trainer::print_header() const {
     std::snprintf(buf, sizeof buf, "  %-58s %12s", what.c_str(), human_bytes(static_cast<double>(bytes)).c_str());
     log_info(buf);
   };
-  row(be_.device() == Device::CPU ? "weights (fp32 master shard)" : "weights (fp32 master shard + its bf16 copy)",
+  const std::string compute = be_.device() == Device::CPU ? "fp32" : "bf16";
+  const std::string& md = cfg_.optim.master_dtype;
+  row(cfg_.train.offload == "optimizer+master" ? "weights (" + compute + " copy of the offloaded " + md + " master)"
+      : md == compute                          ? "weights (" + md + " master shard)"
+                                               : "weights (" + md + " master shard + its " + compute + " copy)",
       mem.master_bytes);
   row("gradients (fp32 shard)", mem.grad_bytes);
-  row("optimizer state (fp32 AdamW m and v)", mem.optimizer_bytes);
+  if (cfg_.train.offload == "none") row("optimizer state (" + cfg_.optim.state_dtype + " AdamW m and v)", mem.optimizer_bytes);
+  if (mem.staging_bytes) row("offload staging (the largest unit's state, streamed through)", mem.staging_bytes);
+  if (mem.host_bytes)
+    row("host: offloaded " + std::string(cfg_.train.offload == "optimizer+master" ? md + " master, " : "") +
+            cfg_.optim.state_dtype + " m and v (page-locked; train.offload=" + cfg_.train.offload + ")",
+        mem.host_bytes);
   log_info("  gathered at the peak: " + gathered.where);
   if (gathered.weights) row("  unit weights (computing + prefetched)", gathered.weights);
   if (gathered.held_tied_embedding) row("  tied embedding (held from forward to backward)", gathered.held_tied_embedding);
@@ -337,7 +353,7 @@ StepMetrics Trainer::step(int s) {
            "); lower optim.lr or check the data");
 
   const double norm = fsdp_->grad_norm();
-  const AdamWParams p = adamw_at(cfg_.optim, schedule_, s, norm);
+  const AdamWParams p = adamw_at(cfg_.optim, schedule_, s, norm, cfg_.train.seed);
   fsdp_->step(p);
   be_.synchronize();
 

@@ -85,6 +85,43 @@ TEST(Checkpoint, ResumedRunRepeatsTheUninterruptedOneBitForBit) {
   EXPECT_EQ(train(autorun).losses.size(), 12u);
 }
 
+// bf16 master and moments, offloaded to host memory: checkpoints store them as fp32
+// (exactly: bf16 widens without loss) and a resume converts them back, so the resumed
+// run repeats the uninterrupted one bit for bit; resuming with the state on the device
+// instead (train.offload is free to change) changes nothing either.
+TEST(Checkpoint, Bf16OffloadedStateResumesBitForBit) {
+  const fs::path dir = temp_dir("resume-bf16");
+  RunConfig straight = small_run(8, dir / "run");
+  straight.optim.state_dtype = straight.optim.master_dtype = "bf16";
+  straight.train.offload = "optimizer+master";
+  straight.run.checkpoint_every = 4;
+  straight.run.keep_last = 0;
+  std::vector<float> want_w;
+  const TrainResult a = train(straight, &want_w);
+  for (const char* offload : {"optimizer+master", "none"}) {
+    RunConfig again = straight;
+    again.train.offload = offload;
+    again.run.checkpoint_every = 0;
+    again.run.resume = (dir / "run/step-4").string();
+    std::vector<float> got_w;
+    const TrainResult b = train(again, &got_w);
+    ASSERT_EQ(b.losses.size(), 4u) << offload;
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(b.losses[i], a.losses[4 + i]) << offload << ", step " << 5 + i;
+    EXPECT_EQ(got_w, want_w) << offload;
+  }
+  // An fp32 checkpoint continues under bf16 state (converted on load, rounded to nearest).
+  RunConfig f32 = small_run(8, dir / "f32");
+  f32.run.checkpoint_every = 4;
+  train(f32);
+  RunConfig to_bf16 = f32;
+  to_bf16.optim.state_dtype = to_bf16.optim.master_dtype = "bf16";
+  to_bf16.run.checkpoint_every = 0;
+  to_bf16.run.resume = (dir / "f32/step-4").string();
+  const TrainResult c = train(to_bf16);
+  ASSERT_EQ(c.losses.size(), 4u);
+  for (double l : c.losses) EXPECT_TRUE(std::isfinite(l));
+}
+
 // A fresh start over a run that stopped half way without checkpoints is refused,
 // saying how to go on; over a finished run, or with resume=none, it starts.
 TEST(Checkpoint, AnUnfinishedRunDirectoryIsNotWrittenOver) {

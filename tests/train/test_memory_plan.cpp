@@ -35,15 +35,25 @@ std::vector<RunConfig> three_configs() {
   c.train.micro_batch = 3;
   c.train.seq_len = 24;
   c.train.recompute = "swiglu";
-  return {a, b, c};
+  RunConfig d = tiny_run(1);  // bf16 state and master, all of it offloaded
+  d.optim.state_dtype = d.optim.master_dtype = "bf16";
+  d.train.offload = "optimizer+master";
+  RunConfig e = tiny_run(1);  // fp32 moments offloaded
+  e.train.offload = "optimizer";
+  return {a, b, c, d, e};
 }
 
-TEST(MemoryPlan, EqualsTheTrainersEstimateForThreeConfigs) {
+TEST(MemoryPlan, EqualsTheTrainersEstimateForFiveConfigs) {
   for (const RunConfig& cfg : three_configs()) {
-    size_t estimated = 0;
-    train_on_cpu(cfg, [&](Trainer& t) { estimated = t.estimated_peak_bytes(); });
+    size_t estimated = 0, host = 0;
+    train_on_cpu(cfg, [&](Trainer& t) {
+      estimated = t.estimated_peak_bytes();
+      host = t.params().memory().host_bytes;
+    });
     const MemoryPlan p = plan_rank_memory(cfg, Device::CPU, 1, true, 0);
-    EXPECT_EQ(p.device_total(), estimated) << cfg.train.recompute << " " << cfg.train.matmul_dtype;
+    EXPECT_EQ(p.device_total(), estimated) << cfg.train.recompute << " " << cfg.train.matmul_dtype << " "
+                                           << cfg.train.offload;
+    EXPECT_EQ(p.offloaded, host) << cfg.train.offload;
     EXPECT_GT(p.activations, 0u);
     EXPECT_EQ(p.gathered.total(), 0u);  // one rank reads its shards in place
     EXPECT_EQ(p.batches, size_t(cfg.train.grad_accum) * cfg.train.micro_batch * cfg.train.seq_len * 8);
@@ -59,6 +69,40 @@ TEST(MemoryPlan, ShardingDividesTheStateAndGathersUnits) {
   EXPECT_NEAR(double(four.optimizer), double(one.optimizer) / 4, double(one.optimizer) * 0.01);
   EXPECT_GT(four.gathered.total(), 0u);
   EXPECT_EQ(one.workspace, kCudaPlannedWorkspaceBytes);
+}
+
+// optim.state_dtype / master_dtype and train.offload on a GPU: bf16 halves the state
+// and makes the master its own compute copy; offloading moves the state to the host and
+// leaves the compute copy and a staging buffer on the GPU. 14B on one H200 (141 GB):
+// refused with fp32 state, trainable with bf16 state offloaded.
+TEST(MemoryPlan, StateDtypesAndOffloadMoveTheBytes) {
+  RunConfig cfg = tiny_run(1);
+  const size_t n = size_t(cfg.model.num_params());
+  cfg.optim.state_dtype = cfg.optim.master_dtype = "bf16";
+  const MemoryPlan bf16 = plan_rank_memory(cfg, Device::CUDA, 1, true, 0);
+  EXPECT_EQ(bf16.master, n * 2);
+  EXPECT_EQ(bf16.low, 0u);  // the bf16 master is what the model reads
+  EXPECT_EQ(bf16.optimizer, n * 4);
+  EXPECT_EQ(bf16.offloaded + bf16.staging, 0u);
+  cfg.train.offload = "optimizer+master";
+  const MemoryPlan off = plan_rank_memory(cfg, Device::CUDA, 1, true, 0);
+  EXPECT_EQ(off.master + off.optimizer, 0u);
+  EXPECT_EQ(off.low, n * 2);
+  EXPECT_EQ(off.offloaded, n * 6);
+  EXPECT_GT(off.staging, 0u);
+  EXPECT_LT(off.staging, off.offloaded);
+  EXPECT_LT(off.device_total(), bf16.device_total());
+
+  RunConfig big = tiny_run(1);
+  big.model = model_preset("qwen2.5-14b");
+  big.train.seq_len = 2048;
+  big.train.micro_batch = 1;
+  big.train.recompute = "block";
+  const size_t h200 = size_t(141e9);
+  EXPECT_EQ(largest_fitting_micro_batch(big, Device::CUDA, 1, true, kCudaPlannedWorkspaceBytes, h200), 0);
+  big.optim.state_dtype = big.optim.master_dtype = "bf16";
+  big.train.offload = "optimizer";
+  EXPECT_GE(largest_fitting_micro_batch(big, Device::CUDA, 1, true, kCudaPlannedWorkspaceBytes, h200), 4);
 }
 
 TEST(MemoryPlan, LargestFittingMicroBatch) {

@@ -2,10 +2,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "backend/backend.h"
 #include "comm/process_groups.h"
 #include "config/model_config.h"
+#include "fsdp/fsdp.h"
 #include "model/qwen2.h"
 #include "support/tiny_run.h"
 #include "train/memory_check.h"
@@ -86,6 +88,53 @@ TEST(Trainer, Fp8MatmulsTrainNearTheF32Run) {
   const std::string why = Qwen2Model::fp8_shape_problem(odd.model, odd.train.micro_batch, odd.train.seq_len);
   EXPECT_NE(why.find("micro_batch * seq_len"), std::string::npos) << why;
   EXPECT_EQ(Qwen2Model::fp8_shape_problem(odd.model, 8, 32), "");
+}
+
+// optim.state_dtype / optim.master_dtype = bf16 (stochastic rounding): the run learns,
+// stays near the f32 run, and repeats bit for bit; train.offload streams the state
+// through staging buffers and changes no bit, with either dtype.
+TEST(Trainer, Bf16StateAndMasterTrainNearTheF32Run) {
+  RunConfig cfg = tiny_run(30);
+  const TrainResult f32 = train_on_cpu(cfg);
+  for (const char* which : {"state", "both"}) {
+    RunConfig c = cfg;
+    c.optim.state_dtype = "bf16";
+    if (std::string(which) == "both") c.optim.master_dtype = "bf16";
+    const TrainResult a = train_on_cpu(c), b = train_on_cpu(c);
+    bool differs = false;
+    for (size_t i = 0; i < f32.losses.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(a.losses[i])) << which << ", step " << i + 1;
+      EXPECT_NEAR(a.losses[i], f32.losses[i], 0.03 * f32.losses[i]) << which << ", step " << i + 1;
+      EXPECT_EQ(a.losses[i], b.losses[i]) << which << ", step " << i + 1;
+      differs |= a.losses[i] != f32.losses[i];
+    }
+    EXPECT_TRUE(differs) << which << ": bf16 gave the f32 run's bits";
+    EXPECT_LT(a.losses.back(), a.losses.front() - 0.5) << which;
+  }
+}
+
+TEST(Trainer, OffloadChangesNoBit) {
+  for (const char* dtype : {"fp32", "bf16"}) {
+    RunConfig cfg = tiny_run(6);
+    cfg.optim.state_dtype = cfg.optim.master_dtype = dtype;
+    const TrainResult want = train_on_cpu(cfg);
+    for (const char* offload : {"optimizer", "optimizer+master"}) {
+      RunConfig c = cfg;
+      c.train.offload = offload;
+      FsdpMemory mem;
+      const TrainResult got = train_on_cpu(c, [&](Trainer& t) { mem = t.params().memory(); });
+      for (size_t i = 0; i < want.losses.size(); ++i) {
+        EXPECT_EQ(got.losses[i], want.losses[i]) << dtype << " " << offload << ", step " << i + 1;
+        EXPECT_EQ(got.grad_norms[i], want.grad_norms[i]) << dtype << " " << offload << ", step " << i + 1;
+      }
+      // The offloaded state is counted on the host side, its staging on the device.
+      const size_t per = std::string(dtype) == "bf16" ? 2 : 4;
+      const size_t shard = mem.grad_bytes / 4;
+      EXPECT_EQ(mem.optimizer_bytes, 0u) << offload;
+      EXPECT_EQ(mem.host_bytes, shard * per * (std::string(offload) == "optimizer" ? 2 : 3)) << offload;
+      EXPECT_GT(mem.staging_bytes, 0u) << offload;
+    }
+  }
 }
 
 TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {

@@ -312,7 +312,11 @@ class CpuBackend final : public Backend {
   // ---- AdamW ----------------------------------------------------------------------
 
   void do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) override {
-    cpu::adamw(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), n, p);
+    const bool p16 = param.dtype == DType::BF16, s16 = m.dtype == DType::BF16;
+    if (!p16 && !s16) cpu::adamw(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), n, p);
+    else if (!p16) cpu::adamw(param.as<float>(), grad.as<float>(), m.as<uint16_t>(), v.as<uint16_t>(), n, p);
+    else if (!s16) cpu::adamw(param.as<uint16_t>(), grad.as<float>(), m.as<float>(), v.as<float>(), n, p);
+    else cpu::adamw(param.as<uint16_t>(), grad.as<float>(), m.as<uint16_t>(), v.as<uint16_t>(), n, p);
   }
 
  private:

@@ -38,7 +38,9 @@ template <class T>
 void cross_entropy(T* losses, T* logits, const int32_t* targets, int N, int V, int ignore_index,
                    double dloss_scale, bool grad);
 
-void adamw(float* param, const float* grad, float* m, float* v, size_t n, const AdamWParams& p);
+// P, S: float, or uint16_t holding bf16 bits (stored with stochastic rounding).
+template <class P, class S>
+void adamw(P* param, const float* grad, S* m, S* v, size_t n, const AdamWParams& p);
 
 // ---- cpu_attention.cpp ---------------------------------------------------------
 // sign = +1 rotates by +angle (forward), -1 by -angle (the transpose, backward).

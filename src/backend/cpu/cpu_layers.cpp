@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/stochastic_round.h"
 
 namespace st::cpu {
 namespace {
@@ -168,22 +169,41 @@ void cross_entropy(T* losses, T* logits, const int32_t* targets, int N, int V, i
 
 // ---- AdamW ----------------------------------------------------------------------
 
-void adamw(float* param, const float* grad, float* m, float* v, size_t n, const AdamWParams& p) {
+namespace {
+
+// A stored value read as float, and a float stored: f32 as is, bf16 (its bits in a
+// uint16_t) rounded stochastically with `r`'s low 16 bits.
+inline float load_value(float x) { return x; }
+inline float load_value(uint16_t x) { return bf16_to_f32(x); }
+inline void store_value(float& dst, float x, uint32_t) { dst = x; }
+inline void store_value(uint16_t& dst, float x, uint32_t r) { dst = bf16_bits_stochastic(x, r); }
+
+}  // namespace
+
+template <class P, class S>
+void adamw(P* param, const float* grad, S* m, S* v, size_t n, const AdamWParams& p) {
   const double b1 = p.beta1, b2 = p.beta2, lr = p.lr;
   const double bc1 = 1.0 - std::pow(b1, p.step);
   const double bc2 = 1.0 - std::pow(b2, p.step);
   const double decay = 1.0 - lr * p.weight_decay;
+  constexpr bool rounds = sizeof(P) == 2 || sizeof(S) == 2;
   for (size_t i = 0; i < n; i++) {
+    const uint64_t r = rounds ? adamw_round_bits(p.round_key, p.round_index + i) : 0;
     double g = double(grad[i]) * p.grad_scale;
-    // m and v are stored in float; the update reads the stored values, as torch does.
-    m[i] = float(b1 * m[i] + (1.0 - b1) * g);
-    v[i] = float(b2 * v[i] + (1.0 - b2) * g * g);
-    double mhat = m[i] / bc1, vhat = v[i] / bc2;
+    // m and v are stored (f32, or bf16 rounded stochastically); the update reads the
+    // stored values, as torch does.
+    store_value(m[i], float(b1 * load_value(m[i]) + (1.0 - b1) * g), uint32_t(r >> 16));
+    store_value(v[i], float(b2 * load_value(v[i]) + (1.0 - b2) * g * g), uint32_t(r >> 32));
+    double mhat = load_value(m[i]) / bc1, vhat = load_value(v[i]) / bc2;
     // torch.optim.AdamW order: decoupled decay on the old parameter, then the Adam step.
-    double x = double(param[i]) * decay;
-    param[i] = float(x - lr * mhat / (std::sqrt(vhat) + p.eps));
+    double x = double(load_value(param[i])) * decay;
+    store_value(param[i], float(x - lr * mhat / (std::sqrt(vhat) + p.eps)), uint32_t(r));
   }
 }
+template void adamw<float, float>(float*, const float*, float*, float*, size_t, const AdamWParams&);
+template void adamw<float, uint16_t>(float*, const float*, uint16_t*, uint16_t*, size_t, const AdamWParams&);
+template void adamw<uint16_t, float>(uint16_t*, const float*, float*, float*, size_t, const AdamWParams&);
+template void adamw<uint16_t, uint16_t>(uint16_t*, const float*, uint16_t*, uint16_t*, size_t, const AdamWParams&);
 
 // ---- instantiations ------------------------------------------------------------
 

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/stochastic_round.h"
 
 namespace st::cuda {
 namespace {
@@ -91,6 +92,37 @@ void launch_adamw(float* param, const float* grad, float* m, float* v, C* copy, 
   }
 }
 
+// ---- bf16 master weights and/or bf16 moments -----------------------------------------
+// The same arithmetic as adamw_one (and the CPU's adamw<P, S>) on values stored as f32
+// or bf16; bf16 stores round stochastically with the element's counter bits.
+__device__ __forceinline__ float load_value(float x) { return x; }
+__device__ __forceinline__ float load_value(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void store_value(float& dst, float x, uint32_t) { dst = x; }
+__device__ __forceinline__ void store_value(bf16& dst, float x, uint32_t r) {
+  dst = __ushort_as_bfloat16(bf16_bits_stochastic(x, r));
+}
+
+template <class P, class S, class C>
+__global__ void adamw_mixed_kernel(P* param, const float* grad, S* m, S* v, C* copy, size_t n, AdamWConsts k,
+                                   uint64_t round_key, uint64_t round_index) {
+  for (size_t i = global_thread(); i < n; i += grid_threads()) {
+    const uint64_t r = adamw_round_bits(round_key, round_index + i);
+    const double g = __dmul_rn(double(grad[i]), k.grad_scale);
+    S ms, vs;
+    store_value(ms, float(__dadd_rn(__dmul_rn(k.b1, double(load_value(m[i]))), __dmul_rn(1.0 - k.b1, g))),
+                uint32_t(r >> 16));
+    store_value(vs, float(__dadd_rn(__dmul_rn(k.b2, double(load_value(v[i]))), __dmul_rn(__dmul_rn(1.0 - k.b2, g), g))),
+                uint32_t(r >> 32));
+    m[i] = ms, v[i] = vs;
+    const double mhat = double(load_value(ms)) / k.bc1, vhat = double(load_value(vs)) / k.bc2;
+    const double x = __dmul_rn(double(load_value(param[i])), k.decay);
+    P ps;
+    store_value(ps, float(__dadd_rn(x, -(__dmul_rn(k.lr, mhat) / __dadd_rn(sqrt(vhat), k.eps)))), uint32_t(r));
+    param[i] = ps;
+    if (copy) copy[i] = from_float<C>(load_value(ps));
+  }
+}
+
 AdamWConsts consts(const AdamWParams& p) {
   AdamWConsts k;
   k.b1 = p.beta1, k.b2 = p.beta2, k.lr = p.lr, k.eps = p.eps, k.grad_scale = p.grad_scale;
@@ -119,5 +151,23 @@ template void adamw_copy<float>(float*, const float*, float*, float*, float*, si
                                 cudaStream_t);
 template void adamw_copy<bf16>(float*, const float*, float*, float*, bf16*, size_t, const AdamWParams&,
                                cudaStream_t);
+
+template <class P, class S, class C>
+void adamw_mixed(P* param, const float* grad, S* m, S* v, C* copy, size_t n, const AdamWParams& p,
+                 cudaStream_t stream) {
+  if (n == 0) return;
+  adamw_mixed_kernel<P, S, C><<<grid_for(n, kThreads), kThreads, 0, stream>>>(param, grad, m, v, copy, n, consts(p),
+                                                                               p.round_key, p.round_index);
+  ST_CUDA_LAUNCHED("adamw_mixed_kernel");
+}
+#define ST_ADAMW_MIXED(P, S, C) \
+  template void adamw_mixed<P, S, C>(P*, const float*, S*, S*, C*, size_t, const AdamWParams&, cudaStream_t);
+ST_ADAMW_MIXED(float, bf16, float)
+ST_ADAMW_MIXED(float, bf16, bf16)
+ST_ADAMW_MIXED(bf16, float, float)
+ST_ADAMW_MIXED(bf16, float, bf16)
+ST_ADAMW_MIXED(bf16, bf16, float)
+ST_ADAMW_MIXED(bf16, bf16, bf16)
+#undef ST_ADAMW_MIXED
 
 }  // namespace st::cuda

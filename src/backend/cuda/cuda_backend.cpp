@@ -231,6 +231,15 @@ class CudaBackend final : public Backend {
     ST_CUDA(cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
     ST_CUDA(cudaStreamSynchronize(stream_));
   }
+  void do_upload_async(Tensor dst, const void* host) override {
+    forget_checked_ids(dst);
+    use_device();
+    ST_CUDA(cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, stream_));
+  }
+  void do_download_async(void* host, Tensor src) override {
+    use_device();
+    ST_CUDA(cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
+  }
 
   // ---- element-wise -------------------------------------------------------------------
 
@@ -454,7 +463,24 @@ class CudaBackend final : public Backend {
 
   void do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) override {
     use_device();
-    cuda::adamw(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), n, p, stream_);
+    if (param.dtype == DType::F32 && m.dtype == DType::F32)
+      cuda::adamw(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), n, p, stream_);
+    else
+      adamw_mixed(param, grad, m, v, Tensor{}, n, p);
+  }
+
+  // Some of param, m and v in bf16 (copy: empty, or f32/bf16).
+  void adamw_mixed(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n, const AdamWParams& p) {
+    const bool p16 = param.dtype == DType::BF16, s16 = m.dtype == DType::BF16, c16 = copy.dtype == DType::BF16;
+    const float* g = grad.as<float>();
+    auto go = [&](auto* pp, auto* mm, auto* vv) {
+      if (!copy.empty() && c16) cuda::adamw_mixed(pp, g, mm, vv, copy.as<bf16>(), n, p, stream_);
+      else cuda::adamw_mixed(pp, g, mm, vv, copy.empty() ? static_cast<float*>(nullptr) : copy.as<float>(), n, p,
+                             stream_);
+    };
+    if (p16 && s16) go(param.as<bf16>(), m.as<bf16>(), v.as<bf16>());
+    else if (p16) go(param.as<bf16>(), m.as<float>(), v.as<float>());
+    else go(param.as<float>(), m.as<bf16>(), v.as<bf16>());
   }
 
   void do_adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
@@ -463,7 +489,9 @@ class CudaBackend final : public Backend {
     ST_CHECK(copy.dtype == DType::BF16 || copy.dtype == DType::F32, "adamw_copy: copy is ", dtype_name(copy.dtype),
              "; bf16 or f32 expected");
     use_device();
-    if (copy.dtype == DType::BF16)
+    if (param.dtype != DType::F32 || m.dtype != DType::F32)
+      adamw_mixed(param, grad, m, v, copy, n, p);
+    else if (copy.dtype == DType::BF16)
       cuda::adamw_copy(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), copy.as<bf16>(), n, p,
                        stream_);
     else

@@ -131,5 +131,11 @@ void adamw(float* param, const float* grad, float* m, float* v, size_t n, const 
 template <class C>
 void adamw_copy(float* param, const float* grad, float* m, float* v, C* copy, size_t n, const AdamWParams& p,
                 cudaStream_t stream);
+// adamw with a bf16 param and/or bf16 m and v (P, S: float or bf16; not both float),
+// bf16 stores rounded stochastically (AdamWParams::round_key); copy (n, C: float or
+// bf16, may be null) = the stored param converted.
+template <class P, class S, class C>
+void adamw_mixed(P* param, const float* grad, S* m, S* v, C* copy, size_t n, const AdamWParams& p,
+                 cudaStream_t stream);
 
 }  // namespace st::cuda
