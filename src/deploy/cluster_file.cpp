@@ -195,7 +195,10 @@ static ClusterSpec load_cluster_file_unclassified(const std::string& path) {
       if (gpu_facts.gpu_model.empty()) gpu_facts.gpu_model = "GPU";
       // A card's usable memory is below its label: 15/16 is an L4's or an A10G's
       // (24 GB, 22.5 GiB), the lowest ratio of the built-in rows.
-      if (gpu_facts.gpu_usable_gib == 0) gpu_facts.gpu_usable_gib = gpu_facts.gpu_memory_gib * 15 / 16;
+      if (gpu_facts.gpu_usable_gib == 0) {
+        gpu_facts.gpu_usable_gib = gpu_facts.gpu_memory_gib * 15 / 16;
+        g->gpu_usable_derived = true;
+      }
       g->own_facts = std::make_shared<const InstanceFacts>(gpu_facts);
       g->facts = g->own_facts.get();
     }

@@ -1,5 +1,6 @@
 #include "deploy/memory_fit.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -12,7 +13,7 @@ namespace {
 
 constexpr double kGiB = double(size_t(1) << 30);
 
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+std::string toml_string(const std::string& s) { return "\"" + s + "\""; }
 
 // Where the run config's values come from, as the user wrote them.
 std::string config_source(const ClusterSpec& s) {
@@ -42,8 +43,7 @@ MemoryFit check_memory_fit(const ClusterSpec& s, const MemoryPlanner& planner) {
   f.ranks_per_node = s.pod_gpus;
   f.shard_world = s.run.dist.shard_group_size > 0 ? s.run.dist.shard_group_size : f.world;
   f.usable_gib = g.gpu_usable_gib;
-  f.usable_derived = s.gpu.own_facts != nullptr && g.gpu_usable_gib > 0 && g.gpu_usable_gib != g.gpu_memory_gib &&
-                     g.gpu_usable_gib == g.gpu_memory_gib * 15 / 16;
+  f.usable_derived = s.gpu.gpu_usable_derived;
   if (!planner.plan || !planner.largest_micro_batch) {
     f.skipped = "no memory planner was given";
     return f;
@@ -105,19 +105,49 @@ MemoryFit check_memory_fit(const ClusterSpec& s, const MemoryPlanner& planner) {
     if (rc == base.train.recompute) continue;
     RunConfig c = base;
     c.train.recompute = rc;
-    attempt("train.recompute = " + rc, c, {{"train.recompute", quoted(rc)}});
+    attempt("train.recompute = " + rc, c, {{"train.recompute", toml_string(rc)}});
   }
-  if (base.optim.state_dtype != "bf16" || base.optim.master_dtype != "bf16") {
+  // The state's changes: each with the configured recompute, then (where that does
+  // not fit) with the recompute that leaves the least on the GPU; last, all of them.
+  std::string leanest = base.train.recompute;
+  {
+    size_t least = SIZE_MAX;
+    for (const std::string& rc : recompute_choices()) {
+      RunConfig c = base;
+      c.train.recompute = rc;
+      c.train.micro_batch = 1;
+      const size_t d = planner.plan(c, f.world).device;
+      if (d < least) least = d, leanest = rc;
+    }
+  }
+  auto state_change = [&](const std::string& what, RunConfig c, std::vector<std::pair<std::string, std::string>> set) {
+    attempt(what, c, set);
+    if (f.tried.back().fits() || leanest == base.train.recompute) return;
+    c.train.recompute = leanest;
+    set.emplace_back("train.recompute", toml_string(leanest));
+    attempt(what + ", train.recompute = " + leanest, c, set);
+  };
+  const bool bf16 = base.optim.state_dtype == "bf16" && base.optim.master_dtype == "bf16";
+  if (!bf16) {
     RunConfig c = base;
     c.optim.state_dtype = c.optim.master_dtype = "bf16";
-    attempt("bf16 optimizer state and master weights", c,
-            {{"optim.state_dtype", quoted("bf16")}, {"optim.master_dtype", quoted("bf16")}});
+    state_change("bf16 optimizer state and master weights", c,
+                 {{"optim.state_dtype", toml_string("bf16")}, {"optim.master_dtype", toml_string("bf16")}});
   }
   for (const std::string& off : {std::string("optimizer"), std::string("optimizer+master")}) {
     if (base.train.offload == off || (off == "optimizer" && base.train.offload == "optimizer+master")) continue;
     RunConfig c = base;
     c.train.offload = off;
-    attempt("train.offload = " + off, c, {{"train.offload", quoted(off)}});
+    state_change("train.offload = " + off, c, {{"train.offload", toml_string(off)}});
+  }
+  if (!bf16 || base.train.offload != "optimizer+master" || base.train.recompute != leanest) {
+    RunConfig c = base;
+    c.optim.state_dtype = c.optim.master_dtype = "bf16";
+    c.train.offload = "optimizer+master";
+    c.train.recompute = leanest;
+    attempt("all of them: bf16 state and master in host RAM, train.recompute = " + leanest, c,
+            {{"optim.state_dtype", toml_string("bf16")}, {"optim.master_dtype", toml_string("bf16")},
+             {"train.offload", toml_string("optimizer+master")}, {"train.recompute", toml_string(leanest)}});
   }
   return f;
 }
@@ -144,8 +174,11 @@ std::vector<Finding> memory_findings(const ClusterSpec& s, const MemoryFit& f) {
        config_source(s) + "). ";
   if (f.first_fit < 0) {
     m += "Nothing tried fits (a smaller train.micro_batch, every train.recompute, bf16 optimizer state and master "
-         "weights, train.offload = optimizer or optimizer+master): ";
-    m += f.fits_gpu ? "give the pod more memory (workload.resources.memory_gib, up to the node's allocatable) or use "
+         "weights, train.offload = optimizer or optimizer+master, each alone and with the leanest recompute, and all "
+         "of them together): ";
+    bool gpu_fits_somehow = f.fits_gpu;
+    for (const FitChange& c : f.tried) gpu_fits_somehow |= c.fits_gpu;
+    m += gpu_fits_somehow ? "host RAM is what runs out: give the pod more memory (workload.resources.memory_gib, up to the node's allocatable) or use "
                       "an instance type with more; `deploy plan` prints what each change would need"
                     : "use more or larger GPUs (nodes.gpu.count, nodes.gpu.instance_type) or a smaller model; "
                       "`deploy plan` prints what each change would need";
@@ -191,12 +224,10 @@ std::string memory_fit_text(const ClusterSpec& s, const MemoryFit& f) {
     const FitChange& c = f.tried[i];
     std::string set;
     for (const auto& [k, v] : c.set) set += std::string(set.empty() ? "" : ", ") + k + " = " + v;
-    std::snprintf(buf, sizeof buf, "    %-42s GPU %10s, host per node %10s: %s%s\n", c.what.c_str(),
-                  gib(c.rank.device).c_str(), gib(c.host_node).c_str(),
-                  c.fits() ? "fits" : (c.fits_gpu ? "host RAM does not fit" : "does not fit"),
-                  int(i) == f.first_fit ? "  <- the first that fits" : "");
-    out += buf;
-    if (!set.empty()) out += "      (" + set + ")\n";
+    out += "    " + c.what + ": " + (c.fits() ? "fits" : (c.fits_gpu ? "host RAM does not fit" : "does not fit")) +
+           (int(i) == f.first_fit ? "  <- the first that fits" : "") + "\n";
+    out += "      GPU " + gib(c.rank.device) + ", host per node " + gib(c.host_node) + (set.empty() ? "" : "; " + set) +
+           "\n";
   }
   return out;
 }

@@ -5,7 +5,9 @@
 // first change that makes it fit, tried in order: a smaller train.micro_batch (with
 // train.grad_accum keeping the sequences per step), each train.recompute choice,
 // bf16 optimizer state and master weights, train.offload = optimizer, then
-// optimizer+master.
+// optimizer+master (each of these three alone, then with the recompute choice that
+// leaves the least on the GPU), then all of them together. Every change takes a
+// smaller micro-batch where the configured one does not fit with it.
 //
 // The deploy room may not link the trainer (tests/rooms), so the planner comes in as
 // a MemoryPlanner: the command line fills it with the trainer's functions

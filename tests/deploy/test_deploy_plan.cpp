@@ -555,12 +555,15 @@ constexpr size_t kGiB = size_t(1) << 30;
 // A planner of round numbers, to test the search on its own: `params_g` GiB-params per
 // rank at 18 bytes each (fp32 master 4, its bf16 copy 2, gradient 4, AdamW 8; bf16
 // master 2 and no copy, bf16 AdamW 4), the optimizer (and master) in host RAM with
-// train.offload, and 3 GiB of activations per sequence (1.5 with any recompute).
+// train.offload, and 3 GiB of activations per sequence (1.5 with any recompute: the
+// leanest is then norm, the first).
 MemoryPlanner round_planner(double params_g) {
   MemoryPlanner p;
   p.plan = [params_g](const RunConfig& c, int) {
     const bool bf16_master = c.optim.master_dtype == "bf16";
-    const double master = bf16_master ? 2 : 4, low = bf16_master ? 0 : 2, grad = 4,
+    // A bf16 master is gathered as it is, unless it is in host RAM.
+    const double master = bf16_master ? 2 : 4, low = bf16_master && c.train.offload != "optimizer+master" ? 0 : 2,
+                 grad = 4,
                  opt = c.optim.state_dtype == "bf16" ? 4 : 8;
     double device = low + grad, host = 0;
     (c.train.offload == "none" ? device : host) += opt;
@@ -621,7 +624,7 @@ TEST(DeployMemory, TheFirstChangeThatFitsIsNamed) {
   // and master (15 GiB) do with two sequences at a time.
   s.run.train.micro_batch = 4;
   f = check_memory_fit(s, round_planner(1.5));
-  ASSERT_EQ(f.tried.size(), 1 + (recompute_choices().size() - 1) + 3);
+  ASSERT_EQ(f.tried.size(), 1 + (recompute_choices().size() - 1) + 3 + 1);  // and all of them together
   ASSERT_GE(f.first_fit, 0);
   EXPECT_EQ(f.tried[size_t(f.first_fit)].what, "bf16 optimizer state and master weights");
   for (int i = 0; i < f.first_fit; ++i) EXPECT_FALSE(f.tried[size_t(i)].fits()) << f.tried[size_t(i)].what;
@@ -630,20 +633,36 @@ TEST(DeployMemory, TheFirstChangeThatFitsIsNamed) {
                    "\"train.grad_accum\" = 2 (or --optim.state_dtype=bf16 --optim.master_dtype=bf16 "
                    "--train.micro_batch=2 --train.grad_accum=2)"), std::string::npos) << r;
 
-  // 2 G params: only the master in host RAM too leaves room (12 GiB on the GPU), and
-  // the node's four ranks then hold 4 x 24 GiB of host RAM: the pod's 160 GiB take it.
+  // 2 G params: bf16 state (20 GiB) fits with the leanest recompute, one sequence at a time.
   f = check_memory_fit(s, round_planner(2.0));
   ASSERT_GE(f.first_fit, 0);
+  EXPECT_EQ(f.tried[size_t(f.first_fit)].what, "bf16 optimizer state and master weights, train.recompute = norm");
+  EXPECT_EQ(f.tried[size_t(f.first_fit)].set,
+            (Set{{"optim.state_dtype", "\"bf16\""}, {"optim.master_dtype", "\"bf16\""}, {"train.recompute", "\"norm\""},
+                 {"train.micro_batch", "1"}, {"train.grad_accum", "4"}}));
+  EXPECT_FALSE(f.tried[size_t(f.first_fit) - 1].fits());  // bf16 with recompute none
+
+  // 2.5 G params: only the master in host RAM too leaves room (15 GiB on the GPU), and
+  // the node's four ranks then hold 4 x 30 GiB of host RAM: the pod's 160 GiB take it.
+  f = check_memory_fit(s, round_planner(2.5));
+  ASSERT_GE(f.first_fit, 0);
   EXPECT_EQ(f.tried[size_t(f.first_fit)].what, "train.offload = optimizer+master");
-  EXPECT_EQ(f.tried[size_t(f.first_fit)].host_node, 4 * 24 * kGiB);
-  // ... a pod of 64 GiB does not: nothing tried fits.
+  EXPECT_EQ(f.tried[size_t(f.first_fit)].host_node, 4 * 30 * kGiB);
+  // ... a pod of 64 GiB does not, but bf16 state and master there (4 x 15 GiB) do.
   s.pod_memory_gib = 64;
-  f = check_memory_fit(s, round_planner(2.0));
+  f = check_memory_fit(s, round_planner(2.5));
+  ASSERT_GE(f.first_fit, 0);
+  EXPECT_EQ(f.tried[size_t(f.first_fit)].what, "all of them: bf16 state and master in host RAM, train.recompute = norm");
+  EXPECT_EQ(f.tried[size_t(f.first_fit)].host_node, 4 * 15 * kGiB);
+  // ... and one of 32 GiB nothing tried.
+  s.pod_memory_gib = 32;
+  f = check_memory_fit(s, round_planner(2.5));
   EXPECT_EQ(f.first_fit, -1);
   EXPECT_TRUE(f.tried.back().fits_gpu);
   EXPECT_FALSE(f.tried.back().fits_host);
   r = refusal_of(memory_findings(s, f));
   EXPECT_NE(r.find("Nothing tried fits"), std::string::npos) << r;
+  EXPECT_NE(r.find("give the pod more memory"), std::string::npos) << r;
   EXPECT_NE(memory_fit_text(s, f).find("train.offload = optimizer+master"), std::string::npos);
   EXPECT_NE(memory_fit_text(s, f).find("host RAM does not fit"), std::string::npos);
 
@@ -674,6 +693,17 @@ TEST(DeployMemory, CpuRunsAndUnknownGpusAreNotedNotRefused) {
   ASSERT_EQ(f.size(), 1u);
   EXPECT_FALSE(f[0].refusal);
   EXPECT_NE(f[0].message.find("train.device = cpu"), std::string::npos) << f[0].message;
+  // A type the file describes without gpu_usable_gib: 15/16 of its label, noted.
+  const ClusterSpec g5 = load_cluster_file(variant("mem-g5", {kG5Big, {"", kG5BigFacts}}).string());
+  EXPECT_EQ(g5.gpu.facts->gpu_usable_gib, 22.5);
+  f = memory_findings(g5, check_memory_fit(g5, round_planner(0.5)));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_FALSE(f[0].refusal);
+  EXPECT_EQ(f[0].key, "nodes.gpu.facts.gpu_usable_gib");
+  const ClusterSpec given = load_cluster_file(
+      variant("mem-g5-usable", {kG5Big, {"", kG5BigFacts + "\ngpu_usable_gib = 22.5"}}).string());
+  EXPECT_EQ(given.gpu.facts->gpu_usable_gib, 22.5);
+  EXPECT_TRUE(memory_findings(given, check_memory_fit(given, round_planner(0.5))).empty());
 }
 
 // What the trainer's planner says, asserted through it: the check uses its numbers, the
@@ -733,6 +763,7 @@ TEST(DeployMemory, TheTrainersPlanForQwenOnEightL4s) {
   s = recipe_with("mem-7b", {"\"model.preset\" = \"qwen2.5-7b\"", "\"train.micro_batch\" = 4"});
   f = check_memory_fit(s, p);
   EXPECT_FALSE(f.fits());
+  EXPECT_GE(f.first_fit, 0) << memory_fit_text(s, f);
   expect_the_planners_first_fit(s, f);
 
   // 14B: 33 GB of fp32 state per rank: no micro-batch or recompute can fit.
@@ -740,9 +771,15 @@ TEST(DeployMemory, TheTrainersPlanForQwenOnEightL4s) {
   f = check_memory_fit(s, p);
   EXPECT_FALSE(f.fits_gpu);
   for (size_t i = 0; i < recompute_choices().size(); ++i) EXPECT_FALSE(f.tried.at(i).fits()) << f.tried[i].what;
+  // bf16 state and master weights, or the state in host RAM, is what fits.
+  ASSERT_GE(f.first_fit, int(recompute_choices().size())) << memory_fit_text(s, f);
   expect_the_planners_first_fit(s, f);
   const std::string r = refusal_of(memory_findings(s, f));
   EXPECT_NE(r.find("train.config: the run does not fit"), std::string::npos) << r;
+  const std::string& named = f.tried[size_t(f.first_fit)].what;
+  EXPECT_TRUE(named.rfind("bf16 optimizer state", 0) == 0 || named.rfind("train.offload", 0) == 0 ||
+              named.rfind("all of them", 0) == 0) << named;
+  EXPECT_NE(r.find("The first change that fits: " + named), std::string::npos) << r;
 }
 
 // ---- golden files and the command line ---------------------------------------------------
