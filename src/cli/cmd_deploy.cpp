@@ -204,9 +204,9 @@ Command add_deploy_command(CLI::App& root) {
   CLI::App* p = app->add_subcommand(
       "plan",
       "Check a cluster file (zones, EFA, quotas, pod sizes, image pinning, the run config and whether\n"
-      "it fits the GPUs' memory, by the trainer's own plan) and write\n"
-      "every artifact: eksctl ClusterConfig, Helm values, workload manifests, Dockerfile; print the\n"
-      "recipe's eight steps with the exact commands `deploy apply` runs. Creates nothing in AWS.");
+      "it fits the GPUs' memory by the trainer's own plan) and write every artifact: eksctl\n"
+      "ClusterConfig, Helm values, workload manifests, Dockerfile; print the recipe's eight steps\n"
+      "with the exact commands `deploy apply` runs. Creates nothing in AWS.");
   p->add_option("--cluster", plan->cluster, "the cluster file (TOML)")->required()->check(CLI::ExistingFile);
   p->add_option("--out", plan->out, "where to write the artifacts (default: <cluster file's dir>/<cluster name>)");
   p->add_flag("--json", plan->json, "print the plan as one JSON object");
