@@ -1,7 +1,9 @@
-// `shardtrain deploy plan`: the EKS recipe from one cluster file, offline: checks it,
-// writes every artifact (eksctl config, Helm values, workload, Dockerfile), prints
-// the eight steps with the commands `deploy apply` runs, and the predicted step time
-// of the file's run on its nodes (deploy/prediction.h).
+// `shardtrain deploy plan`: the EKS recipe from one cluster file, offline: checks it
+// (preflight, and the run's memory against the GPUs with the trainer's planner:
+// deploy/memory_fit.h, cli/deploy_memory.h), writes every artifact (eksctl config,
+// Helm values, workload, Dockerfile), prints the eight steps with the commands
+// `deploy apply` runs, and the predicted step time of the file's run on its nodes
+// (deploy/prediction.h).
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,9 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/deploy_memory.h"
 #include "core/error.h"
 #include "deploy/apply.h"
 #include "deploy/cluster_file.h"
+#include "deploy/memory_fit.h"
 #include "deploy/prediction.h"
 #include "deploy/preflight.h"
 #include "deploy/render.h"
@@ -56,7 +60,11 @@ int run_plan(const PlanArgs& a) {
   ClusterSpec spec = load_cluster_file(a.cluster);
   PreflightOptions po;
   po.vcpu_quota = a.vcpu_quota;
-  const std::vector<Finding> findings = preflight(spec, po);
+  std::vector<Finding> findings = preflight(spec, po);
+  // The run against its GPUs, by the trainer's own memory plan.
+  const MemoryFit memory = check_memory_fit(spec, trainer_memory_planner());
+  for (Finding& f : memory_findings(spec, memory)) findings.push_back(std::move(f));
+  const std::string memory_txt = memory_fit_text(spec, memory);
   std::vector<Artifact> artifacts;
   bool refused = false;
   for (const Finding& f : findings) refused |= f.refusal;
@@ -110,6 +118,7 @@ int run_plan(const PlanArgs& a) {
     }
     j["artifacts"] = nlohmann::json::array();
     for (const Artifact& art : artifacts) j["artifacts"].push_back({{"file", art.file}, {"what", art.what}});
+    j["memory"] = memory_fit_json(memory);
     if (prediction) j["prediction"] = prediction_json(*prediction);
     std::printf("%s\n", j.dump(1).c_str());
   } else {
@@ -123,6 +132,7 @@ int run_plan(const PlanArgs& a) {
     for (const Finding& f : findings)
       std::printf("%s%s%s\n", f.refusal ? "REFUSED " : "note: ", f.key.empty() ? "" : (f.key + ": ").c_str(),
                   f.message.c_str());
+    std::printf("\n%s", memory_txt.c_str());
     for (const PlanStep& s : steps) {
       std::printf("\nstep %d. %s\n", s.number, s.title.c_str());
       for (const auto& c : s.commands) std::printf("  $ %s\n", shell_line(c).c_str());
@@ -131,6 +141,7 @@ int run_plan(const PlanArgs& a) {
     if (!artifacts.empty()) {
       std::printf("\nartifacts in %s:\n", out_dir.c_str());
       for (const Artifact& art : artifacts) std::printf("  %-44s %s\n", art.file.c_str(), art.what.c_str());
+      std::printf("  %-44s %s\n", "memory.txt", "one rank's memory against the GPU and the node, as above");
       std::printf("  %-44s %s\n", "prediction.txt", "the predicted step, as below");
     }
     if (prediction) std::printf("\n%s", prediction_txt.c_str());
@@ -148,6 +159,7 @@ int run_plan(const PlanArgs& a) {
   }
   for (const Artifact& art : artifacts) write_file(out_dir, art.file, art.text);
   write_file(out_dir, "plan.txt", listing);
+  write_file(out_dir, "memory.txt", memory_txt);
   write_file(out_dir, "prediction.txt", prediction_txt);
   std::fflush(stdout);
   return 0;
@@ -163,7 +175,10 @@ struct ApplyArgs {
 int run_apply(const ApplyArgs& a) {
   const ClusterSpec spec = load_cluster_file(a.cluster);
   std::string refusals;
-  for (const Finding& f : preflight(spec, {}))
+  std::vector<Finding> findings = preflight(spec, {});
+  for (Finding& f : memory_findings(spec, check_memory_fit(spec, trainer_memory_planner())))
+    findings.push_back(std::move(f));
+  for (const Finding& f : findings)
     if (f.refusal) refusals += "\n  " + f.key + ": " + f.message;
   if (!refusals.empty()) fail_config(a.cluster, ": refused by preflight (see `deploy plan`):", refusals);
   ApplyOptions o;
@@ -188,9 +203,10 @@ Command add_deploy_command(CLI::App& root) {
   app->require_subcommand(1);
   CLI::App* p = app->add_subcommand(
       "plan",
-      "Check a cluster file (zones, EFA, quotas, pod sizes, image pinning, the run config) and write\n"
-      "every artifact: eksctl ClusterConfig, Helm values, workload manifests, Dockerfile; print the\n"
-      "recipe's eight steps with the exact commands `deploy apply` runs. Creates nothing in AWS.");
+      "Check a cluster file (zones, EFA, quotas, pod sizes, image pinning, the run config and whether\n"
+      "it fits the GPUs' memory by the trainer's own plan) and write every artifact: eksctl\n"
+      "ClusterConfig, Helm values, workload manifests, Dockerfile; print the recipe's eight steps\n"
+      "with the exact commands `deploy apply` runs. Creates nothing in AWS.");
   p->add_option("--cluster", plan->cluster, "the cluster file (TOML)")->required()->check(CLI::ExistingFile);
   p->add_option("--out", plan->out, "where to write the artifacts (default: <cluster file's dir>/<cluster name>)");
   p->add_flag("--json", plan->json, "print the plan as one JSON object");

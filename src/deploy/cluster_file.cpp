@@ -38,6 +38,9 @@ void facts_keys(std::vector<Key>& keys, InstanceFacts& f) {
   keys.push_back({sec + ".gpus", &f.gpus, "GPUs", closed(1, 64)});
   keys.push_back({sec + ".gpu_model", &f.gpu_model, "GPU model"});
   keys.push_back({sec + ".gpu_memory_gib", &f.gpu_memory_gib, "memory per GPU (GiB)", closed(0, 4096)});
+  keys.push_back({sec + ".gpu_usable_gib", &f.gpu_usable_gib,
+                  "memory per GPU a process sees (nvidia-smi memory.total, GiB); 0 = 15/16 of gpu_memory_gib",
+                  closed(0, 4096)});
   keys.push_back({sec + ".efa_interfaces", &f.efa_interfaces, "EFA interfaces (0: none)", closed(0, 64)});
   keys.push_back({sec + ".efa_rdma", &f.efa_rdma, "GPUDirect RDMA over EFA"});
   keys.push_back({sec + ".network_gbps", &f.network_gbps, "network bandwidth (Gbps)", closed(0, 100000)});
@@ -190,6 +193,12 @@ static ClusterSpec load_cluster_file_unclassified(const std::string& path) {
              " (the Service Quotas code of the on-demand vCPU quota it draws from)");
       if (gpu_facts.quota_name.empty()) gpu_facts.quota_name = gpu_facts.quota_code;
       if (gpu_facts.gpu_model.empty()) gpu_facts.gpu_model = "GPU";
+      // A card's usable memory is below its label: 15/16 is an L4's or an A10G's
+      // (24 GB, 22.5 GiB), the lowest ratio of the built-in rows.
+      if (gpu_facts.gpu_usable_gib == 0) {
+        gpu_facts.gpu_usable_gib = gpu_facts.gpu_memory_gib * 15 / 16;
+        g->gpu_usable_derived = true;
+      }
       g->own_facts = std::make_shared<const InstanceFacts>(gpu_facts);
       g->facts = g->own_facts.get();
     }

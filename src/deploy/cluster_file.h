@@ -30,6 +30,7 @@ struct NodeGroupSpec {
   // [nodes.gpu.facts]: the facts of a type outside the built-in table, as the file
   // gives them (shared, so that `facts` stays valid when the spec is copied).
   std::shared_ptr<const InstanceFacts> own_facts;
+  bool gpu_usable_derived = false;            // own_facts without gpu_usable_gib: 15/16 of gpu_memory_gib
 };
 
 struct ClusterSpec {

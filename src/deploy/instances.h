@@ -13,7 +13,9 @@ struct InstanceFacts {
   double memory_gib = 0;
   int gpus = 0;                 // 0: a CPU instance
   std::string gpu_model;        // "NVIDIA L4"; "" without GPUs
-  double gpu_memory_gib = 0;    // per GPU
+  double gpu_memory_gib = 0;    // per GPU, as the EC2 API gives it (docs/instance_facts.md note 1)
+  double gpu_usable_gib = 0;    // per GPU, what a process sees (nvidia-smi's memory.total, to 0.5 GiB):
+                                // what `deploy plan` checks a rank's planned memory against
   int efa_interfaces = 0;       // EFA-capable network interfaces (0: no EFA)
   bool efa_rdma = false;        // GPUDirect RDMA over EFA (FI_EFA_USE_DEVICE_RDMA=1 applies)
   double network_gbps = 0;      // the instance's network bandwidth ("up to" figures as given)

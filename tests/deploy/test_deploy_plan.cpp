@@ -9,12 +9,16 @@
 #include <regex>
 #include <set>
 
+#include "cli/deploy_memory.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "deploy/cluster_file.h"
+#include "deploy/memory_fit.h"
 #include "deploy/prediction.h"
 #include "deploy/preflight.h"
 #include "deploy/render.h"
 #include "deploy/tools.h"
+#include "train/memory_plan.h"
 #include "support/errors.h"
 #include "support/files.h"
 #include "support/schema_check.h"
@@ -544,6 +548,240 @@ TEST(DeployImage, TheEfaInstallerIsCheckedAgainstItsSha256) {
   EXPECT_EQ(unverified.find("sha256sum"), std::string::npos) << unverified;
 }
 
+// ---- memory: the run against the GPUs ------------------------------------------------
+
+constexpr size_t kGiB = size_t(1) << 30;
+
+// A planner of round numbers, to test the search on its own: `params_g` GiB-params per
+// rank at 18 bytes each (fp32 master 4, its bf16 copy 2, gradient 4, AdamW 8; bf16
+// master 2 and no copy, bf16 AdamW 4), the optimizer (and master) in host RAM with
+// train.offload, and 3 GiB of activations per sequence (1.5 with any recompute: the
+// leanest is then norm, the first).
+MemoryPlanner round_planner(double params_g) {
+  MemoryPlanner p;
+  p.plan = [params_g](const RunConfig& c, int) {
+    const bool bf16_master = c.optim.master_dtype == "bf16";
+    // A bf16 master is gathered as it is, unless it is in host RAM.
+    const double master = bf16_master ? 2 : 4, low = bf16_master && c.train.offload != "optimizer+master" ? 0 : 2,
+                 grad = 4,
+                 opt = c.optim.state_dtype == "bf16" ? 4 : 8;
+    double device = low + grad, host = 0;
+    (c.train.offload == "none" ? device : host) += opt;
+    (c.train.offload == "optimizer+master" ? host : device) += master;
+    const double act = (c.train.recompute == "none" ? 3.0 : 1.5) * c.train.micro_batch;
+    return RankMemory{size_t((device * params_g + act) * double(kGiB)), size_t(host * params_g * double(kGiB))};
+  };
+  p.largest_micro_batch = [plan = p.plan](const RunConfig& c, int world, size_t limit) {
+    RunConfig x = c;
+    int best = 0;
+    for (x.train.micro_batch = 1; x.train.micro_batch <= 64; ++x.train.micro_batch)
+      if (plan(x, world).device <= limit) best = x.train.micro_batch;
+    return best;
+  };
+  return p;
+}
+
+std::string refusal_of(const std::vector<Finding>& findings) {
+  std::string out;
+  for (const Finding& f : findings)
+    if (f.refusal) out += f.key + ": " + f.message + "\n";
+  return out;
+}
+
+TEST(DeployMemory, TheFirstChangeThatFitsIsNamed) {
+  ClusterSpec s = load_cluster_file(kRecipe.string());
+  s.run.train.recompute = "none";
+  s.run.train.micro_batch = 4;
+  s.run.train.grad_accum = 1;
+  // 1 G params: 18 GiB + 4 x 3 GiB = 30 GiB > 22.5: one sequence at a time fits, four micro-batches.
+  MemoryFit f = check_memory_fit(s, round_planner(1.0));
+  EXPECT_EQ(f.gpu_limit, size_t(22.5 * double(kGiB)));  // an L4 as a process sees it
+  EXPECT_FALSE(f.fits_gpu);
+  EXPECT_TRUE(f.fits_host);
+  ASSERT_EQ(f.first_fit, 0);
+  EXPECT_EQ(f.tried[0].what, "a smaller train.micro_batch");
+  using Set = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(f.tried[0].set, (Set{{"train.micro_batch", "1"}, {"train.grad_accum", "4"}}));
+  ASSERT_EQ(f.per_recompute.size(), recompute_choices().size());
+  EXPECT_EQ(f.per_recompute[0], (std::pair<std::string, int>{"none", 1}));
+  EXPECT_EQ(f.per_recompute[1], (std::pair<std::string, int>{"norm", 3}));
+  std::string r = refusal_of(memory_findings(s, f));
+  EXPECT_NE(r.find("train.config: the run does not fit: one rank needs 30.00 GiB of GPU memory, one NVIDIA L4 of a "
+                   "g6.12xlarge gives 22.50 GiB"), std::string::npos) << r;
+  EXPECT_NE(r.find("qwen2.5-1.5b.toml (train.config) and [train.set] of " + kRecipe.string()), std::string::npos) << r;
+  EXPECT_NE(r.find("The first change that fits: a smaller train.micro_batch (one rank 21.00 GiB"), std::string::npos)
+      << r;
+  EXPECT_NE(r.find("add to [train.set] \"train.micro_batch\" = 1, \"train.grad_accum\" = 4 (or "
+                   "--train.micro_batch=1 --train.grad_accum=4)"), std::string::npos) << r;
+
+  // 6 sequences, 4 fit at once: 3 x 2 keeps the six.
+  s.run.train.micro_batch = 6;
+  f = check_memory_fit(s, round_planner(0.5));  // 9 GiB + 6 x 3
+  ASSERT_EQ(f.first_fit, 0);
+  EXPECT_EQ(f.tried[0].set, (Set{{"train.micro_batch", "3"}, {"train.grad_accum", "2"}}));
+
+  // 1.5 G params: 27 GiB of state alone; no micro-batch or recompute helps, bf16 state
+  // and master (15 GiB) do with two sequences at a time.
+  s.run.train.micro_batch = 4;
+  f = check_memory_fit(s, round_planner(1.5));
+  ASSERT_EQ(f.tried.size(), 1 + (recompute_choices().size() - 1) + 3 + 1);  // and all of them together
+  ASSERT_GE(f.first_fit, 0);
+  EXPECT_EQ(f.tried[size_t(f.first_fit)].what, "bf16 optimizer state and master weights");
+  for (int i = 0; i < f.first_fit; ++i) EXPECT_FALSE(f.tried[size_t(i)].fits()) << f.tried[size_t(i)].what;
+  r = refusal_of(memory_findings(s, f));
+  EXPECT_NE(r.find("\"optim.state_dtype\" = \"bf16\", \"optim.master_dtype\" = \"bf16\", \"train.micro_batch\" = 2, "
+                   "\"train.grad_accum\" = 2 (or --optim.state_dtype=bf16 --optim.master_dtype=bf16 "
+                   "--train.micro_batch=2 --train.grad_accum=2)"), std::string::npos) << r;
+
+  // 2 G params: bf16 state (20 GiB) fits with the leanest recompute, one sequence at a time.
+  f = check_memory_fit(s, round_planner(2.0));
+  ASSERT_GE(f.first_fit, 0);
+  EXPECT_EQ(f.tried[size_t(f.first_fit)].what, "bf16 optimizer state and master weights, train.recompute = norm");
+  EXPECT_EQ(f.tried[size_t(f.first_fit)].set,
+            (Set{{"optim.state_dtype", "\"bf16\""}, {"optim.master_dtype", "\"bf16\""}, {"train.recompute", "\"norm\""},
+                 {"train.micro_batch", "1"}, {"train.grad_accum", "4"}}));
+  EXPECT_FALSE(f.tried[size_t(f.first_fit) - 1].fits());  // bf16 with recompute none
+
+  // 2.5 G params: only the master in host RAM too leaves room (15 GiB on the GPU), and
+  // the node's four ranks then hold 4 x 30 GiB of host RAM: the pod's 160 GiB take it.
+  f = check_memory_fit(s, round_planner(2.5));
+  ASSERT_GE(f.first_fit, 0);
+  EXPECT_EQ(f.tried[size_t(f.first_fit)].what, "train.offload = optimizer+master");
+  EXPECT_EQ(f.tried[size_t(f.first_fit)].host_node, 4 * 30 * kGiB);
+  // ... a pod of 64 GiB does not, but bf16 state and master there (4 x 15 GiB) do.
+  s.pod_memory_gib = 64;
+  f = check_memory_fit(s, round_planner(2.5));
+  ASSERT_GE(f.first_fit, 0);
+  EXPECT_EQ(f.tried[size_t(f.first_fit)].what, "all of them: bf16 state and master in host RAM, train.recompute = norm");
+  EXPECT_EQ(f.tried[size_t(f.first_fit)].host_node, 4 * 15 * kGiB);
+  // ... and one of 32 GiB nothing tried.
+  s.pod_memory_gib = 32;
+  f = check_memory_fit(s, round_planner(2.5));
+  EXPECT_EQ(f.first_fit, -1);
+  EXPECT_TRUE(f.tried.back().fits_gpu);
+  EXPECT_FALSE(f.tried.back().fits_host);
+  r = refusal_of(memory_findings(s, f));
+  EXPECT_NE(r.find("Nothing tried fits"), std::string::npos) << r;
+  EXPECT_NE(r.find("give the pod more memory"), std::string::npos) << r;
+  EXPECT_NE(memory_fit_text(s, f).find("train.offload = optimizer+master"), std::string::npos);
+  EXPECT_NE(memory_fit_text(s, f).find("host RAM does not fit"), std::string::npos);
+
+  // A config that carries the change is accepted.
+  s.pod_memory_gib = 160;
+  s.run.optim.state_dtype = s.run.optim.master_dtype = "bf16";
+  s.run.train.micro_batch = 2;
+  s.run.train.grad_accum = 2;
+  f = check_memory_fit(s, round_planner(1.5));
+  EXPECT_TRUE(f.fits()) << memory_fit_text(s, f);
+  EXPECT_TRUE(f.tried.empty());
+  EXPECT_EQ(refusal_of(memory_findings(s, f)), "");
+  // Host RAM alone: the ranks of a node against the pod.
+  s.pod_memory_gib = 8;
+  s.run.train.offload = "optimizer";
+  f = check_memory_fit(s, round_planner(1.5));  // 4 x 6 GiB of AdamW state in host RAM
+  EXPECT_TRUE(f.fits_gpu);
+  EXPECT_FALSE(f.fits_host);
+  r = refusal_of(memory_findings(s, f));
+  EXPECT_NE(r.find("the 4 ranks of a node need 24.00 GiB of host RAM, the worker pod has 8.00 GiB"),
+            std::string::npos) << r;
+}
+
+TEST(DeployMemory, CpuRunsAndUnknownGpusAreNotedNotRefused) {
+  ClusterSpec s = load_cluster_file(kRecipe.string());
+  s.run.train.device = "cpu";
+  std::vector<Finding> f = memory_findings(s, check_memory_fit(s, round_planner(100)));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_FALSE(f[0].refusal);
+  EXPECT_NE(f[0].message.find("train.device = cpu"), std::string::npos) << f[0].message;
+  // A type the file describes without gpu_usable_gib: 15/16 of its label, noted.
+  const ClusterSpec g5 = load_cluster_file(variant("mem-g5", {kG5Big, {"", kG5BigFacts}}).string());
+  EXPECT_EQ(g5.gpu.facts->gpu_usable_gib, 22.5);
+  f = memory_findings(g5, check_memory_fit(g5, round_planner(0.5)));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_FALSE(f[0].refusal);
+  EXPECT_EQ(f[0].key, "nodes.gpu.facts.gpu_usable_gib");
+  const ClusterSpec given = load_cluster_file(
+      variant("mem-g5-usable", {kG5Big, {"", kG5BigFacts + "\ngpu_usable_gib = 22.5"}}).string());
+  EXPECT_EQ(given.gpu.facts->gpu_usable_gib, 22.5);
+  EXPECT_TRUE(memory_findings(given, check_memory_fit(given, round_planner(0.5))).empty());
+}
+
+// What the trainer's planner says, asserted through it: the check uses its numbers, the
+// change it names fits by the planner and none before it does.
+void expect_the_planners_first_fit(const ClusterSpec& s, const MemoryFit& f) {
+  const MemoryPlanner p = trainer_memory_planner();
+  for (int i = 0; i < int(f.tried.size()) && (f.first_fit < 0 || i <= f.first_fit); ++i) {
+    ConfigOverrides set = s.train_set;
+    for (const auto& [k, v] : f.tried[size_t(i)].set)
+      set.push_back({k, v.front() == '"' ? v.substr(1, v.size() - 2) : v});
+    RunConfig c = load_run_config((kRoot / "configs/qwen2.5-1.5b.toml").string(), set);
+    c.train.device = "cuda";
+    const RankMemory m = p.plan(c, f.world);
+    EXPECT_EQ(m.device, f.tried[size_t(i)].rank.device) << f.tried[size_t(i)].what;
+    EXPECT_EQ(m.device <= f.gpu_limit && m.host * 4 <= f.host_limit, i == f.first_fit) << f.tried[size_t(i)].what;
+  }
+}
+
+const std::string kRecipeRecompute = "\"train.recompute\" = \"norm\"";
+
+// The recipe with `set_lines` in [train.set] in place of its micro-batch and recompute.
+ClusterSpec recipe_with(const std::string& name, const std::vector<std::string>& set_lines) {
+  std::string lines;
+  for (const std::string& l : set_lines) lines += l + "\n";
+  return load_cluster_file(
+      variant(name, {{"\"train.micro_batch\" = 4\n", lines}, {kRecipeRecompute, "# recompute as below"}}).string());
+}
+
+TEST(DeployMemory, TheTrainersPlanForQwenOnEightL4s) {
+  const MemoryPlanner p = trainer_memory_planner();
+  // The recipe fits, by the numbers `train --run.dry_run=true` prints.
+  ClusterSpec s = load_cluster_file(kRecipe.string());
+  MemoryFit f = check_memory_fit(s, p);
+  EXPECT_TRUE(f.fits()) << memory_fit_text(s, f);
+  const MemoryPlan plan = plan_rank_memory(s.run, Device::CUDA, 8, false, kCudaPlannedWorkspaceBytes);
+  EXPECT_EQ(f.rank.device, plan.device_total());
+  EXPECT_EQ(f.rank.host, plan.host_total());
+  for (const auto& [rc, m] : f.per_recompute) {
+    RunConfig c = s.run;
+    c.train.recompute = rc;
+    EXPECT_EQ(m, largest_fitting_micro_batch(c, Device::CUDA, 8, false, kCudaPlannedWorkspaceBytes, f.gpu_limit)) << rc;
+  }
+  EXPECT_GE(f.per_recompute[0].second, 3);  // Qwen2.5-1.5B at seq 2048: three sequences without recompute
+  EXPECT_EQ(refusal_of(memory_findings(s, f)), "");
+  const std::string text = memory_fit_text(s, f);
+  EXPECT_NE(text.find("GPU per rank: " + human_bytes(double(plan.device_total())) + " of the 22.50 GiB one NVIDIA L4 "
+                      "of a g6.12xlarge gives"), std::string::npos) << text;
+
+  // Eight sequences of 2048 at once do not fit; the change named is the planner's.
+  s = recipe_with("mem-mb8", {"\"train.micro_batch\" = 8", "\"train.recompute\" = \"none\""});
+  f = check_memory_fit(s, p);
+  EXPECT_FALSE(f.fits());
+  ASSERT_GE(f.first_fit, 0) << memory_fit_text(s, f);
+  expect_the_planners_first_fit(s, f);
+
+  // 7B: 17 GB of fp32 state per rank leaves little room for activations.
+  s = recipe_with("mem-7b", {"\"model.preset\" = \"qwen2.5-7b\"", "\"train.micro_batch\" = 4"});
+  f = check_memory_fit(s, p);
+  EXPECT_FALSE(f.fits());
+  EXPECT_GE(f.first_fit, 0) << memory_fit_text(s, f);
+  expect_the_planners_first_fit(s, f);
+
+  // 14B: 33 GB of fp32 state per rank: no micro-batch or recompute can fit.
+  s = recipe_with("mem-14b", {"\"model.preset\" = \"qwen2.5-14b\"", "\"train.micro_batch\" = 1"});
+  f = check_memory_fit(s, p);
+  EXPECT_FALSE(f.fits_gpu);
+  for (size_t i = 0; i < recompute_choices().size(); ++i) EXPECT_FALSE(f.tried.at(i).fits()) << f.tried[i].what;
+  // bf16 state and master weights, or the state in host RAM, is what fits.
+  ASSERT_GE(f.first_fit, int(recompute_choices().size())) << memory_fit_text(s, f);
+  expect_the_planners_first_fit(s, f);
+  const std::string r = refusal_of(memory_findings(s, f));
+  EXPECT_NE(r.find("train.config: the run does not fit"), std::string::npos) << r;
+  const std::string& named = f.tried[size_t(f.first_fit)].what;
+  EXPECT_TRUE(named.rfind("bf16 optimizer state", 0) == 0 || named.rfind("train.offload", 0) == 0 ||
+              named.rfind("all of them", 0) == 0) << named;
+  EXPECT_NE(r.find("The first change that fits: " + named), std::string::npos) << r;
+}
+
 // ---- golden files and the command line ---------------------------------------------------
 
 // The recipe's artifacts, byte for byte, and the predicted step plan prints
@@ -587,7 +825,7 @@ TEST(DeployPlanCli, WritesEverythingOrNothing) {
   for (const char* step : {"step 1.", "step 3.", "step 8.", "eksctl create cluster -f", "helm upgrade --install"})
     EXPECT_NE(r.out.find(step), std::string::npos) << step << "\n" << r.out;
   for (const char* f : {"eksctl-cluster.yaml", "workload.yaml", "job.yaml", "Dockerfile", "config.toml", "plan.txt",
-                        "prediction.txt", "helm/nvidia-device-plugin.values.yaml",
+                        "prediction.txt", "memory.txt", "helm/nvidia-device-plugin.values.yaml",
                         "helm/aws-efa-k8s-device-plugin.values.yaml"})
     EXPECT_TRUE(fs::exists(out / f)) << f;
   EXPECT_NE(read_file(out / "Dockerfile").find("FROM nvcr.io/nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04@sha256:"),
@@ -600,6 +838,7 @@ TEST(DeployPlanCli, WritesEverythingOrNothing) {
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["world"], 8);
   EXPECT_EQ(j["steps"].size(), 8u);
+  EXPECT_EQ(j["memory"]["fits"], true) << j["memory"].dump();
   // Refused: every refusal listed, a non-zero exit, nothing written.
   const fs::path bad = variant("cli_bad", {{"zones = [\"us-west-2a\"]", "zones = [\"us-west-2a\", \"us-west-2b\"]"},
                                            {"digest = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n", ""},
@@ -629,6 +868,43 @@ TEST(DeployPlanCli, WritesEverythingOrNothing) {
   r = run_shell(bin + " deploy plan --cluster " + kRecipe.string() + " --vcpu-quota 64 --out " + out2.string());
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("need 96 vCPU"), std::string::npos) << r.out;
+}
+
+// Through the binary: a run that does not fit its GPUs is refused (exit 2, nothing
+// written) naming the change that fits; the cluster file with that change is planned.
+TEST(DeployPlanCli, ARunThatDoesNotFitIsRefusedWithTheChangeThatFits) {
+  using st::testing::run_shell;
+  const std::string bin = SHARDTRAIN_BINARY;
+  const fs::path big = variant("cli_mem", {{"\"train.micro_batch\" = 4\n", "\"train.micro_batch\" = 16\n"}});
+  const fs::path out = temp_dir("cli_mem_out") / "out";
+  auto r = run_shell(bin + " deploy plan --cluster " + big.string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 2) << r.out;  // a configuration error, as every refusal
+  EXPECT_NE(r.out.find("REFUSED train.config: the run does not fit: one rank needs "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("qwen2.5-1.5b.toml (train.config) and [train.set] of " + big.string()), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("memory: the trainer's plan of one rank"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(big.string() + ": refused by 1 preflight check"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("add to \\[train.set\\] (.*) \\(or (--[^)]*)\\)"))) << r.out;
+  // Its [train.set] lines, in place of the micro-batch's.
+  std::string lines = std::regex_replace(m[1].str(), std::regex(", \""), "\n\"") + "\n";
+  if (lines.find("\"train.micro_batch\"") == std::string::npos) lines += "\"train.micro_batch\" = 16\n";
+  const fs::path fixed = variant("cli_mem_fixed", {{"\"train.micro_batch\" = 4\n", lines}});
+  r = run_shell(bin + " deploy plan --cluster " + fixed.string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 0) << lines << r.out;
+  EXPECT_NE(read_file(out / "memory.txt").find(": fits\n"), std::string::npos) << read_file(out / "memory.txt");
+  // apply refuses the same run before running anything.
+  r = run_shell(bin + " deploy apply --dry-run --cluster " + big.string() + " --out " + out.string() + "-apply");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("train.config: the run does not fit"), std::string::npos) << r.out;
+  // The same as `train --run.dry_run=true` says for the fixed run's flags.
+  std::string flags = "--train.recompute=norm " + m[2].str();  // the recipe's, then the change's
+  if (flags.find("--train.micro_batch=") == std::string::npos) flags += " --train.micro_batch=16";
+  r = run_shell(bin + " train --config " + (kRoot / "configs/qwen2.5-1.5b.toml").string() + " " + flags +
+                " --run.gpu_memory_gib=22.5 --run.dry_run_world=8 --run.dry_run=true");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\nfits: "), std::string::npos) << r.out;
 }
 
 // ---- the image's build context ---------------------------------------------------------
