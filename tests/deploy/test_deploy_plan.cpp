@@ -887,8 +887,10 @@ TEST(DeployPlanCli, ARunThatDoesNotFitIsRefusedWithTheChangeThatFits) {
   EXPECT_FALSE(fs::exists(out));
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex("add to \\[train.set\\] (.*) \\(or (--[^)]*)\\)"))) << r.out;
+  // The matches point into r.out, which the next run replaces: copy them first.
+  const std::string train_set = m[1].str(), change_flags = m[2].str();
   // Its [train.set] lines, in place of the micro-batch's.
-  std::string lines = std::regex_replace(m[1].str(), std::regex(", \""), "\n\"") + "\n";
+  std::string lines = std::regex_replace(train_set, std::regex(", \""), "\n\"") + "\n";
   if (lines.find("\"train.micro_batch\"") == std::string::npos) lines += "\"train.micro_batch\" = 16\n";
   const fs::path fixed = variant("cli_mem_fixed", {{"\"train.micro_batch\" = 4\n", lines}});
   r = run_shell(bin + " deploy plan --cluster " + fixed.string() + " --out " + out.string());
@@ -899,7 +901,7 @@ TEST(DeployPlanCli, ARunThatDoesNotFitIsRefusedWithTheChangeThatFits) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("train.config: the run does not fit"), std::string::npos) << r.out;
   // The same as `train --run.dry_run=true` says for the fixed run's flags.
-  std::string flags = "--train.recompute=norm " + m[2].str();  // the recipe's, then the change's
+  std::string flags = "--train.recompute=norm " + change_flags;  // the recipe's, then the change's
   if (flags.find("--train.micro_batch=") == std::string::npos) flags += " --train.micro_batch=16";
   r = run_shell(bin + " train --config " + (kRoot / "configs/qwen2.5-1.5b.toml").string() + " " + flags +
                 " --run.gpu_memory_gib=22.5 --run.dry_run_world=8 --run.dry_run=true");
