@@ -39,7 +39,7 @@ def ours(run_dir, warmup):
     tps = per_step * len(timed) / seconds / summary["world"]
     tflops = tps * summary["flops_per_token"] / 1e12
     cfg = open(os.path.join(run_dir, "config.toml")).read()
-    rc, mm, model = "none", "bf16", "?"
+    rc, mm, model, scaling = "none", "bf16", "?", "current"
     for line in cfg.splitlines():
         key = line.split("=", 1)[0].strip()
         val = line.split("=", 1)[1].strip().strip('"') if "=" in line else ""
@@ -47,8 +47,12 @@ def ours(run_dir, warmup):
             rc = val
         elif key == "matmul_dtype":
             mm = val
+        elif key == "fp8_scaling":
+            scaling = val
         elif key == "preset":
             model = val
+    if mm == "fp8" and scaling == "delayed":
+        mm = "fp8-delayed"
     act = None
     log = run_dir + ".log"
     if os.path.exists(log):
@@ -102,13 +106,15 @@ def main():
             b = max((r for r in rows if (r["model"], r["matmul"], r["recompute"]) == key),
                     key=lambda r: r["tokens_per_s_per_gpu"])
             print(f"best micro-batch for {' '.join(key)}: {b['impl']} at {b['tokens_per_s_per_gpu']:.0f} tokens/s")
-        # fp8 over bf16, per model, best of each.
+        # fp8 (current or delayed scaling) over bf16, per model, best of each.
         for model in dict.fromkeys(r["model"] for r in rows):
             best = {mm: max((r for r in rows if r["model"] == model and r["matmul"] == mm),
-                            key=lambda r: r["tokens_per_s_per_gpu"], default=None) for mm in ("bf16", "fp8")}
-            if best["bf16"] and best["fp8"]:
-                print(f"ratio {model} fp8 / bf16 (best of each): "
-                      f"{best['fp8']['tokens_per_s_per_gpu'] / best['bf16']['tokens_per_s_per_gpu']:.3f}x")
+                            key=lambda r: r["tokens_per_s_per_gpu"], default=None)
+                    for mm in ("bf16", "fp8", "fp8-delayed")}
+            for mm in ("fp8", "fp8-delayed"):
+                if best["bf16"] and best[mm]:
+                    print(f"ratio {model} {mm} / bf16 (best of each): "
+                          f"{best[mm]['tokens_per_s_per_gpu'] / best['bf16']['tokens_per_s_per_gpu']:.3f}x")
     if rows and anchors:
         best = max((r for r in rows if r["model"] == "qwen2.5-1.5b"), key=lambda r: r["tokens_per_s_per_gpu"],
                    default=max(rows, key=lambda r: r["tokens_per_s_per_gpu"]))

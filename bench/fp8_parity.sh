@@ -8,7 +8,9 @@
 #   bench/fp8_parity.sh [SHARDTRAIN_BINARY] [OUT_DIR]
 # Environment: DATA (a prepared token directory, `shardtrain data prepare`; required),
 # MODEL (qwen2.5-0.5b), STEPS (400), MB (micro-batch, 8), SEQ (2048), LR (3e-4),
-# WARMUP (20), SKIP (50: steps the comparison leaves out), TOL (0.01).
+# WARMUP (20), SKIP (50: steps the comparison leaves out), TOL (0.01), MATMULS ("bf16
+# fp8": bf16 first, each other one compared with it; "fp8-delayed" is fp8 with
+# train.fp8_scaling=delayed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build/shardtrain}
@@ -24,15 +26,24 @@ SKIP=${SKIP:-50}
 TOL=${TOL:-0.01}
 export NCCL_NVLS_ENABLE=0
 mkdir -p "$OUT"
-for mm in bf16 fp8; do
+MATMULS=${MATMULS:-"bf16 fp8"}
+for mm in $MATMULS; do
   echo "== $MODEL, matmul $mm, $STEPS steps"
+  mm_args=(--train.matmul_dtype="$mm")
+  [ "$mm" = fp8-delayed ] && mm_args=(--train.matmul_dtype=fp8 --train.fp8_scaling=delayed)
   "$BIN" train --config configs/qwen2.5-1.5b.toml --model.preset="$MODEL" --data.source=tokens \
     --data.paths="$DATA" --train.seq_len="$SEQ" --train.micro_batch="$MB" --train.steps="$STEPS" \
-    --train.matmul_dtype="$mm" --train.log_every=1 --optim.lr="$LR" --optim.warmup_steps="$WARMUP" \
+    "${mm_args[@]}" --train.log_every=1 --optim.lr="$LR" --optim.warmup_steps="$WARMUP" \
     --run.progress=off --run.out_dir="$OUT/parity_$mm" > "$OUT/parity_$mm.log" 2>&1
   echo "exit $?" >> "$OUT/parity_$mm.log"
   grep -E "^done:|^exit|error" "$OUT/parity_$mm.log"
 done
-"$BIN" report "$OUT/parity_bf16" "$OUT/parity_fp8" --label bf16 --label fp8 \
+runs=() labels=()
+for mm in $MATMULS; do runs+=("$OUT/parity_$mm"); labels+=(--label "$mm"); done
+"$BIN" report "${runs[@]}" "${labels[@]}" \
   --title "$MODEL: fp8 against bf16 matmuls, $STEPS steps" --out "$OUT/parity.html"
-python3 bench/fp8_parity.py "$OUT/parity_bf16" "$OUT/parity_fp8" --skip "$SKIP" --tol "$TOL" | tee "$OUT/parity.txt"
+for mm in $MATMULS; do
+  [ "$mm" = bf16 ] && continue
+  echo "== $mm against bf16"
+  python3 bench/fp8_parity.py "$OUT/parity_bf16" "$OUT/parity_$mm" --skip "$SKIP" --tol "$TOL" | tee "$OUT/parity_$mm.txt"
+done

@@ -261,7 +261,8 @@ namespace {
 bool is_fp8(DType t) { return t == DType::F8E4M3 || t == DType::F8E5M2; }
 }  // namespace
 
-void Backend::fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols, bool reuse_scale) {
+void Backend::fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols, bool reuse_scale,
+                           Tensor amax) {
   const char* op = "fp8_quantize";
   check_dim(op, "rows", rows), check_dim(op, "cols", cols);
   ST_CHECK(!q.empty() || !qt.empty(), op, ": q and qt are both empty (nothing to write)");
@@ -272,7 +273,19 @@ void Backend::fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int 
   if (!qt.empty()) check_buf(op, "qt", qt, qd, n);
   check_buf(op, "inv_scale", inv_scale, DType::F32, 1);
   check_buf(op, "x", x, act_dtype(op, "x", x), n);
-  do_fp8_quantize(q, qt, inv_scale, x, rows, cols, reuse_scale);
+  if (!amax.empty()) check_buf(op, "amax", amax, DType::F32, 1);
+  do_fp8_quantize(q, qt, inv_scale, x, rows, cols, reuse_scale, amax);
+}
+
+void Backend::fp8_roll_scales(Tensor inv_scale, int stride, Tensor amax, Tensor history, int n, int len, int pos,
+                              Fp8Format format) {
+  const char* op = "fp8_roll_scales";
+  check_dim(op, "n", n), check_dim(op, "len", len), check_dim(op, "stride", stride);
+  ST_CHECK(pos >= 0 && pos < len, op, ": pos ", pos, " is outside the history of ", len);
+  check_buf(op, "inv_scale", inv_scale, DType::F32, size_t(n - 1) * stride + 1);
+  check_buf(op, "amax", amax, DType::F32, size_t(n));
+  check_buf(op, "history", history, DType::F32, size_t(n) * len);
+  do_fp8_roll_scales(inv_scale, stride, amax, history, n, len, pos, format);
 }
 
 void Backend::matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K,

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/fp8.h"
 #include "backend/tensor.h"
 
 namespace st {
@@ -148,7 +149,17 @@ class Backend {
   // matmul_fp8. Computed where the tensors live: no wait for the device. With
   // `reuse_scale`, inv_scale is read instead: the scale of an earlier quantization of
   // the same values (a layer's input or weight again in backward), so x is read once.
-  void fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols, bool reuse_scale = false);
+  // With `amax` (1, F32; may be empty): amax = max(amax, amax |x|) in the same pass,
+  // a step's running amax for delayed scaling (fp8_roll_scales). Non-negative floats
+  // order as their bits, and a NaN is larger than every finite value.
+  void fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols, bool reuse_scale = false,
+                    Tensor amax = {});
+  // Delayed scaling, once per optimizer step (train.fp8_scaling = "delayed"): for each
+  // of n tensors i, history[i * len + pos] = amax[i], amax[i] = 0, and
+  // inv_scale[i * stride] = 1 / fp8_scale(max_j history[i * len + j], format's largest
+  // finite): the scale the next step's casts reuse, from the last `len` steps' amax.
+  void fp8_roll_scales(Tensor inv_scale, int stride, Tensor amax, Tensor history, int n, int len, int pos,
+                       Fp8Format format);
   // out (M, N) = a (M, K) · b (N, K)ᵀ · a_inv · b_inv (+ bias (N)), fp32 accumulation.
   // a, b: fp8, not both e5m2; a_inv, b_inv (1, F32) from fp8_quantize. out: the
   // activation dtype, overwritten; or, with `accumulate`, the parameter-gradient dtype,
@@ -262,7 +273,9 @@ class Backend {
   virtual void do_matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
                                   int N, int IC, int OC) = 0;
   virtual void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols,
-                               bool reuse_scale) = 0;
+                               bool reuse_scale, Tensor amax) = 0;
+  virtual void do_fp8_roll_scales(Tensor inv_scale, int stride, Tensor amax, Tensor history, int n, int len, int pos,
+                                  Fp8Format format) = 0;
   virtual void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K,
                              int N, bool accumulate) = 0;
   // sign +1: rope_forward; -1: rope_backward.

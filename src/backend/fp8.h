@@ -54,6 +54,16 @@ ST_FP8_HD inline float fp8_scale(float amax, float max_finite) {
   return s;
 }
 
+// The larger of two amax values (non-negative, or NaN) as atomicMax on their bits
+// takes it on the GPU: non-negative floats order as their bits, and a NaN (sign
+// cleared) is above +inf, so a NaN sticks and its scale is then 1.
+ST_FP8_HD inline float fp8_amax_max(float a, float b) {
+  uint32_t ua, ub;
+  memcpy(&ua, &a, 4);
+  memcpy(&ub, &b, 4);
+  return ua >= ub ? a : b;
+}
+
 // Host encoding of a float as fp8 bits, rounding to nearest even and saturating.
 inline uint8_t fp8_encode(float v, Fp8Format f) {
   const Fp8Spec sp = fp8_spec(f);

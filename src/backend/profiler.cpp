@@ -447,17 +447,17 @@ void ProfilingBackend::do_matmul_backward(Tensor dinp, Tensor dweight, Tensor db
 // FP8 rows of their own: each quantization (keyed by format and by which layouts it
 // writes: "+T" both, "T" the transpose alone) and each FP8 GEMM shape.
 void ProfilingBackend::do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols,
-                                       bool reuse_scale) {
-  if (!open_) return inner_.do_fp8_quantize(q, qt, inv_scale, x, rows, cols, reuse_scale);
+                                       bool reuse_scale, Tensor amax) {
+  if (!open_) return inner_.do_fp8_quantize(q, qt, inv_scale, x, rows, cols, reuse_scale, amax);
   const DType qd = q.empty() ? qt.dtype : q.dtype;
   const double n = static_cast<double>(rows) * cols;
   const char* layouts = q.empty() ? " T" : qt.empty() ? "" : " +T";
-  // x is read twice (its amax, then the cast), once with a reused scale; each layout
-  // is written once.
+  // x is read twice (its amax, then the cast), once with a given scale (reused, or
+  // delayed: the amax recorded in the same pass); each layout is written once.
   timed(std::string("fp8_quantize ") + (qd == DType::F8E4M3 ? "e4m3" : "e5m2") + layouts +
-            (reuse_scale ? " (scale reused)" : ""),
+            (reuse_scale ? (amax.empty() ? " (scale reused)" : " (delayed scale)") : ""),
         false, n * ((reuse_scale ? 1 : 2) * es(x) + (q.empty() ? 0 : 1) + (qt.empty() ? 0 : 1)),
-        [&] { inner_.do_fp8_quantize(q, qt, inv_scale, x, rows, cols, reuse_scale); });
+        [&] { inner_.do_fp8_quantize(q, qt, inv_scale, x, rows, cols, reuse_scale, amax); });
 }
 
 void ProfilingBackend::do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M,

@@ -171,7 +171,12 @@ class ProfilingBackend : public Backend {
   void do_matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight, int N,
                           int IC, int OC) override;
 
-  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols, bool reuse_scale) override;
+  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols, bool reuse_scale,
+                       Tensor amax) override;
+  void do_fp8_roll_scales(Tensor inv_scale, int stride, Tensor amax, Tensor history, int n, int len, int pos,
+                          Fp8Format format) override {
+    inner_.do_fp8_roll_scales(inv_scale, stride, amax, history, n, len, pos, format);
+  }
   void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
                      bool accumulate) override;
 

@@ -18,6 +18,11 @@ const std::vector<std::string>& matmul_dtypes() {
   return v;
 }
 
+const std::vector<std::string>& fp8_scalings() {
+  static const std::vector<std::string> v = {"current", "delayed"};
+  return v;
+}
+
 const std::vector<std::string>& offload_choices() {
   static const std::vector<std::string> v = {"none", "optimizer", "optimizer+master"};
   return v;

@@ -27,6 +27,7 @@ struct TrainOptions {           // [train]
   double peak_tflops = 0;       // MFU denominator; 0 = the device table
   std::string recompute = "none";  // one of recompute_choices() (model/qwen2.h acts on it)
   std::string matmul_dtype = "bf16";  // one of matmul_dtypes(): the blocks' linear layers
+  std::string fp8_scaling = "current";  // one of fp8_scalings(): how fp8 casts pick their scales
   std::string offload = "none";       // one of offload_choices(): state kept in pinned host memory
 };
 
@@ -93,6 +94,7 @@ struct RunOptions {                // [run]
 const std::vector<std::string>& train_devices();             // train.device: cpu, cuda
 const std::vector<std::string>& recompute_choices();         // train.recompute: none, norm, swiglu, ffn, attn, block
 const std::vector<std::string>& matmul_dtypes();             // train.matmul_dtype: bf16, fp8
+const std::vector<std::string>& fp8_scalings();              // train.fp8_scaling: current, delayed
 const std::vector<std::string>& offload_choices();           // train.offload: none, optimizer, optimizer+master
 const std::vector<std::string>& state_dtypes();              // optim.state_dtype, optim.master_dtype: fp32, bf16
 const std::vector<std::string>& data_sources();              // data.source: random, text, tokens

@@ -53,6 +53,13 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "sm_89/sm_90 GPUs, emulated exactly on the CPU). Master weights, optimizer state, attention and the lm_head "
        "are unchanged, so checkpoints are the same and a run may switch on resume",
        {}, matmul_dtypes()},
+      {"train.fp8_scaling", &c.train.fp8_scaling,
+       "how train.matmul_dtype=fp8 scales activations and gradients: current (each cast reads the tensor twice: "
+       "its amax, then the cast with that scale) or delayed (one pass: the scale of the largest amax over the "
+       "last 16 steps, this step's recorded as it casts; the first step after a start or resume uses current). "
+       "Weights always use their current amax. Delayed moves fewer bytes; values above the history's range "
+       "saturate to the format's largest",
+       {}, fp8_scalings()},
       {"train.offload", &c.train.offload,
        "optimizer state kept in page-locked host memory instead of the GPU's, each unit's streamed through the "
        "GPU for its update: none, optimizer (AdamW's m and v), optimizer+master (and the master weights; the GPU "

@@ -38,9 +38,9 @@ Dropped dropped_by(Recompute r) {
 }  // namespace
 
 Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk,
-                       Recompute recompute, bool fp8)
+                       Recompute recompute, bool fp8, bool fp8_delayed)
     : layout_(layout), be_(backend), dt_(dtype), st_(dtype == DType::F64 ? DType::F64 : DType::F32), B_(B), T_(T),
-      recompute_(recompute), fp8_(fp8) {
+      recompute_(recompute), fp8_(fp8), fp8_delayed_(fp8 && fp8_delayed) {
   const ModelConfig& c = layout.config();
   ST_CHECK(B >= 1 && T >= 1, "micro-batch shape must be positive, got B=", B, " T=", T);
   N_ = B * T;
@@ -105,8 +105,9 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
     make(wq_, DType::F8E4M3, std::max({QKV * C, C * A, 2 * F * C, C * F}));
     make(dq_, DType::F8E5M2, N * std::max({QKV, C, 2 * F}));
     make(dqt_, DType::F8E5M2, N * std::max({QKV, C, 2 * F}));
-    make(inv_, DType::F32, 4);
-    make(scales_, DType::F32, size_t(L_) * 4 * 2);
+    make(scales_, DType::F32, size_t(L_) * 4 * 3 * 4);
+    make(amax_, DType::F32, size_t(L_) * 4 * 2);
+    make(history_, DType::F32, size_t(L_) * 4 * 2 * kFp8History);
   }
 }
 
@@ -125,10 +126,30 @@ std::string Qwen2Model::fp8_shape_problem(const ModelConfig& c, int64_t B, int64
   return "";
 }
 
+Tensor Qwen2Model::fp8_inv(int region, int slot) const {
+  return scales_.slice((size_t(region) * L_ * 4 + size_t(slot)) * 4, 1);
+}
+
+void Qwen2Model::begin_step() {
+  if (!fp8_delayed_) return;
+  if (fp8_begun_) {
+    const int n = L_ * 4, len = kFp8History, pos = fp8_rolls_ % len;
+    be_.fp8_roll_scales(scales_.slice(0, size_t(n) * 4), 4, amax_.slice(0, n), history_.slice(0, size_t(n) * len), n,
+                        len, pos, Fp8Format::E4M3);
+    be_.fp8_roll_scales(scales_.slice(size_t(2) * n * 4, size_t(n) * 4), 4, amax_.slice(n, n),
+                        history_.slice(size_t(n) * len, size_t(n) * len), n, len, pos, Fp8Format::E5M2);
+    ++fp8_rolls_;
+  }
+  fp8_begun_ = true;
+}
+
 void Qwen2Model::linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor b, int IC, int OC) {
   if (!fp8_) return be_.matmul_forward(out, x, w, b, N_, IC, OC);
-  Tensor x_inv = scales_.slice(2 * size_t(slot), 1), w_inv = scales_.slice(2 * size_t(slot) + 1, 1);
-  be_.fp8_quantize(xq_, Tensor{}, x_inv, x, N_, IC);
+  Tensor x_inv = fp8_inv(0, slot), w_inv = fp8_inv(1, slot);
+  // Delayed: the step's scale, this cast's amax recorded for the next steps.
+  const bool given = fp8_delayed_ && fp8_rolls_ > 0;
+  be_.fp8_quantize(xq_, Tensor{}, x_inv, x, N_, IC, given,
+                   fp8_delayed_ && recording_ ? amax_.slice(size_t(slot), 1) : Tensor{});
   be_.fp8_quantize(wq_, Tensor{}, w_inv, w, OC, IC);
   be_.matmul_fp8(out, xq_, x_inv, wq_, w_inv, b, N_, IC, OC, false);
 }
@@ -140,9 +161,10 @@ void Qwen2Model::linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor
 void Qwen2Model::linear_backward(int slot, Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC,
                                  int OC) {
   if (!fp8_) return be_.matmul_backward(dx, dw, db, dout, x, w, N_, IC, OC);
-  Tensor x_inv = scales_.slice(2 * size_t(slot), 1), w_inv = scales_.slice(2 * size_t(slot) + 1, 1);
-  Tensor d_inv = inv_.slice(0, 1);
-  be_.fp8_quantize(dq_, dw.empty() ? Tensor{} : dqt_, d_inv, dout, N_, OC);
+  Tensor x_inv = fp8_inv(0, slot), w_inv = fp8_inv(1, slot), d_inv = fp8_inv(2, slot);
+  const bool given = fp8_delayed_ && fp8_rolls_ > 0;
+  be_.fp8_quantize(dq_, dw.empty() ? Tensor{} : dqt_, d_inv, dout, N_, OC, given,
+                   fp8_delayed_ ? amax_.slice(size_t(L_) * 4 + size_t(slot), 1) : Tensor{});
   if (!dx.empty()) {
     be_.fp8_quantize(Tensor{}, wq_, w_inv, w, OC, IC, true);
     be_.matmul_fp8(dx, dq_, d_inv, wq_, w_inv, Tensor{}, N_, OC, IC, false);
@@ -184,10 +206,10 @@ uint64_t Qwen2Model::activation_bytes_for(const ModelConfig& c, DType dtype, int
             + per_layer(d.mid) * N * C * dt + per_layer(d.gu) * N * 2 * F * dt + per_layer(d.sw) * N * F * dt
             + N * C * dt + N * st + chunk * V * dt + N * st   // lnf, rstdf, logits, losses
             + 3 * N * C * dt + N * H * hd * dt + N * QKV * dt + N * 2 * F * dt + N * F * dt;  // backward scratch
-  if (fp8) {  // xq_, wq_, dq_, dqt_ (one byte an element), inv_
+  if (fp8) {  // xq_, wq_, dq_, dqt_ (one byte an element), scales_, amax_, history_
     const U A = H * hd;
     bytes += N * std::max({C, A, F}) + std::max({QKV * C, C * A, 2 * F * C, C * F}) +
-             2 * N * std::max({QKV, C, 2 * F}) + 4 * 4 + L * 4 * 2 * 4;
+             2 * N * std::max({QKV, C, 2 * F}) + L * 4 * 3 * 4 * 4 + L * 4 * 2 * 4 + L * 4 * 2 * kFp8History * 4;
   }
   return bytes > std::numeric_limits<uint64_t>::max() ? std::numeric_limits<uint64_t>::max()
                                                        : static_cast<uint64_t>(bytes);
@@ -368,6 +390,7 @@ LossSum Qwen2Model::forward_backward(ParamProvider& params, const int32_t* token
   // the device to check them.
   be_.upload_ids(tokens_, tokens, V_, false, 0, "token id");
   be_.upload_ids(targets_, targets, V_, true, ignore_index, "target");
+  recording_ = true;  // the casts' amax feed delayed scaling (forward() alone leaves it)
 
   NvtxRange pass("forward");
   Tensor we = params.acquire(eu, Pass::Forward);  // held to the end when tied
@@ -404,6 +427,7 @@ LossSum Qwen2Model::forward(ParamProvider& params, const int32_t* tokens, const 
   // the device to check them.
   be_.upload_ids(tokens_, tokens, V_, false, 0, "token id");
   be_.upload_ids(targets_, targets, V_, true, ignore_index, "target");
+  recording_ = false;  // an evaluation's inputs do not move the training's scales
   Tensor we = params.acquire(eu, Pass::Forward);
   params.prefetch(layout_.layer_unit(0), Pass::Forward);
   be_.embedding_forward(resid_[0], tokens_, we.slice(layout_.embed_offset(), V * C), N_, C_, V_);

@@ -39,11 +39,21 @@ class Qwen2Model {
   // (train.matmul_dtype = "fp8"; e4m3 weights and activations, e5m2 gradients,
   // per-tensor scales, fp32 accumulation); the lm_head and attention stay in `dtype`.
   // Needs the hidden, q/kv, FFN and token (B*T) dimensions to be multiples of 16.
+  // fp8_delayed (train.fp8_scaling = "delayed"): activations and gradients are cast in
+  // one pass with the scale of the largest amax of their last kFp8History steps
+  // (begin_step), recording this step's amax as they go; the first step, with no
+  // history, scales from the current amax. Weights always use their current amax.
   Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk = 0,
-             Recompute recompute = Recompute::None, bool fp8 = false);
+             Recompute recompute = Recompute::None, bool fp8 = false, bool fp8_delayed = false);
   ~Qwen2Model();
   Qwen2Model(const Qwen2Model&) = delete;
   Qwen2Model& operator=(const Qwen2Model&) = delete;
+
+  // Before the first micro-batch of each optimizer step. With delayed FP8 scaling, it
+  // moves the last step's amax into the history and sets this step's scales (on the
+  // device, nothing waits); otherwise it does nothing.
+  void begin_step();
+  static constexpr int kFp8History = 16;
 
   // One micro-batch: forward, loss, and backward into provider.grad(...).
   // tokens, targets: host arrays of B*T ids. Gradients are scaled by dloss_scale
@@ -89,7 +99,10 @@ class Qwen2Model {
   int B_, T_, N_, C_, F_, V_, H_, KV_, hd_, QKV_, L_, chunk_;
   float eps_, theta_;
   Recompute recompute_;
-  bool fp8_ = false;
+  bool fp8_ = false, fp8_delayed_ = false;
+  bool fp8_begun_ = false;  // begin_step has run: the next one rolls the history
+  int fp8_rolls_ = 0;       // rolls so far: the scales are given once there is one
+  bool recording_ = false;  // forward_backward, not forward: the casts record amax
   // Which per-layer activations are one shared buffer, refilled by recompute_layer.
   bool drop_ln1_ = false, drop_ln2_ = false, drop_attn_ = false, drop_mid_ = false, drop_gu_ = false,
        drop_sw_ = false;
@@ -118,9 +131,13 @@ class Qwen2Model {
   Tensor tmp_;                     // (N, C)
   // FP8 scratch (fp8_ only), reused by every linear layer: an input (N, IC) or its
   // transpose, a weight (OC, IC) or its transpose (e4m3); an output gradient (N, OC)
-  // and its transpose (e5m2); the output gradient's inverse scale (F32, in inv_); the
-  // forward's input and weight inverse scales per linear layer (scales_, L x 4 x 2).
-  Tensor xq_, wq_, dq_, dqt_, inv_, scales_;
+  // and its transpose (e5m2). scales_: the inverse scales per linear layer, one
+  // 16-byte slot each (cuBLASLt reads them in place): input, weight and output
+  // gradient regions of L x 4 slots (fp8_inv). amax_: this step's amax of each input,
+  // then of each output gradient (2 x L x 4); history_: the last kFp8History steps' of
+  // each (delayed scaling).
+  Tensor xq_, wq_, dq_, dqt_, scales_, amax_, history_;
+  Tensor fp8_inv(int region, int slot) const;
   std::vector<Tensor*> owned_;
 };
 

@@ -21,6 +21,13 @@ std::string b(uint64_t v) { return human_bytes(static_cast<double>(v)); }
 
 }  // namespace
 
+uint64_t attention_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T) {
+  const U heads = static_cast<U>(m.num_heads), hd = heads > 0 ? static_cast<U>(m.head_dim()) : 0;
+  const U b = static_cast<U>(B), t = static_cast<U>(T);
+  // dP (bf16, B x H x T x T), dQ's fp32 accumulator (B x T x H x hd), the row sums.
+  return saturate(2 * b * heads * t * t + 4 * b * t * heads * hd + 4 * b * heads * t);
+}
+
 uint64_t MemoryEstimate::device() const {
   return saturate(static_cast<U>(parameters) + gathered + activations + workspace);
 }
@@ -67,7 +74,9 @@ MemoryEstimate estimate_rank_memory(const RunConfig& cfg, DType compute, int sha
   e.activations = Qwen2Model::activation_bytes_for(m, compute, cfg.train.micro_batch, cfg.train.seq_len,
                                                    compute == DType::F32 ? 0 : 4096, parse_recompute(cfg.train.recompute),
                                                    cfg.train.matmul_dtype == "fp8");
-  e.workspace = workspace_bytes;
+  e.workspace = saturate(static_cast<U>(workspace_bytes) +
+                         (compute == DType::F32 ? 0 : attention_workspace_bytes(m, cfg.train.micro_batch,
+                                                                               cfg.train.seq_len)));
   e.batches = saturate(static_cast<U>(cfg.train.grad_accum) * cfg.train.micro_batch * cfg.train.seq_len * 8);
   if (!cfg.model_options.init_from.empty()) e.loaded = saturate(params * 4);
   if (cfg.run.checkpoint_every > 0) e.checkpoint = saturate(shard * 12);  // fp32 master, m, v

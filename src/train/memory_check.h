@@ -26,6 +26,16 @@ struct ShardElementBytes {
 };
 ShardElementBytes shard_element_bytes(const RunConfig& cfg, DType compute);
 
+// The workspace cuDNN's fused attention takes on a GPU at its first call, for one
+// micro-batch of B sequences of T tokens: the deterministic backward's engine keeps
+// dP in bf16 (2 bytes x B x heads x T x T: it grows with the square of the sequence)
+// and dQ's fp32 accumulator (4 bytes x B x T x heads x head_dim), and the backward's
+// fp32 softmax row sums (B x heads x T) come beside it. Fitted to cuDNN 9 on an H100
+// and an H200 (0.5B and 1.5B, T 1024-4096): equal to the measured workspace to 0.1 MiB
+// at T 2048, within the 0.01 GiB the trainer prints elsewhere. The planner, the
+// trainer's estimate and the check before allocating count it on a GPU.
+uint64_t attention_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T);
+
 // A lower bound of one rank's memory at its peak, in bytes. Padding, the gathered
 // units beyond the one being computed, a reduction in flight, allocator slack and the
 // data source's own buffers are not counted.
@@ -34,7 +44,7 @@ struct MemoryEstimate {
   uint64_t parameters = 0;   // this rank's shard: master, fp32 gradient, AdamW m and v, a compute copy, offload staging
   uint64_t gathered = 0;     // sharded runs: the largest unit gathered in the compute dtype, with its fp32 gradient
   uint64_t activations = 0;  // one micro-batch's activations and scratch (Qwen2Model::activation_bytes_for)
-  uint64_t workspace = 0;    // the backend's fixed buffers
+  uint64_t workspace = 0;    // the backend's fixed buffers, and on a GPU cuDNN attention's
   // Host RAM:
   uint64_t batches = 0;      // a step's micro-batches of token ids (train.grad_accum x inputs and targets)
   uint64_t loaded = 0;       // model.init_from: the whole model in fp32 while it is loaded

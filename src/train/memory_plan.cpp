@@ -36,6 +36,7 @@ MemoryPlan plan_rank_memory(const RunConfig& cfg, Device device, int shard_world
                                                    cpu ? 0 : 4096, parse_recompute(cfg.train.recompute),
                                                    cfg.train.matmul_dtype == "fp8");
   p.workspace = workspace_bytes;
+  if (!cpu) p.attention = attention_workspace_bytes(cfg.model, cfg.train.micro_batch, cfg.train.seq_len);
   p.batches = size_t(cfg.train.grad_accum) * cfg.train.micro_batch * cfg.train.seq_len * 8;
   if (!cfg.model_options.init_from.empty()) p.loaded = size_t(cfg.model.num_params()) * 4;
   if (cfg.run.checkpoint_every > 0) p.checkpoint = plan.total_shard_numel() * 12;
@@ -106,7 +107,8 @@ std::string format_memory_plan(const RunConfig& cfg, Device device, int world, i
   std::snprintf(buf, sizeof buf, "activations and scratch (%.2f MiB per token)",
                 double(p.activations) / (double(cfg.train.micro_batch) * cfg.train.seq_len) / (1 << 20));
   row(buf, p.activations);
-  row(cpu ? "workspace" : "workspace (cuBLASLt; cuDNN's comes on top)", p.workspace);
+  row(cpu ? "workspace" : "workspace (cuBLASLt)", p.workspace);
+  if (p.attention) row("attention workspace (cuDNN, sized at its first call)", p.attention);
   row(cpu ? "total (with the host part below)" : "total on the GPU", cpu ? p.device_total() + p.host_total()
                                                                             : p.device_total());
   line("host RAM per rank:");

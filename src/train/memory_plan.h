@@ -14,8 +14,8 @@
 
 namespace st {
 
-// What the CUDA backend holds before its first step: cuBLASLt's workspace (the cuDNN
-// attention workspace, sized at the first call, comes on top: a few MiB).
+// What the CUDA backend holds before its first step: cuBLASLt's workspace (cuDNN
+// attention's, sized at its first call, is MemoryPlan::attention).
 constexpr size_t kCudaPlannedWorkspaceBytes = size_t(32) << 20;
 
 struct MemoryPlan {
@@ -28,6 +28,7 @@ struct MemoryPlan {
   GatheredMemory gathered; // units gathered at the peak of a step (none in place)
   size_t activations = 0;  // one micro-batch's activations and scratch
   size_t workspace = 0;    // the backend's fixed buffers
+  size_t attention = 0;    // GPU: cuDNN attention's workspace (attention_workspace_bytes)
   // Host RAM beside it:
   size_t batches = 0;      // a step's token ids (inputs and targets, grad_accum micro-batches)
   size_t loaded = 0;       // model.init_from in fp32 while it loads
@@ -35,7 +36,7 @@ struct MemoryPlan {
   size_t offloaded = 0;    // train.offload: the shard's state in page-locked host memory
 
   size_t device_total() const {
-    return master + low + grad + optimizer + staging + gathered.total() + activations + workspace;
+    return master + low + grad + optimizer + staging + gathered.total() + activations + workspace + attention;
   }
   size_t host_total() const { return batches + loaded + checkpoint + offloaded; }
 };

@@ -19,6 +19,7 @@
 #include "train/checkpointing.h"
 #include "train/flops.h"
 #include "train/matmul_precision.h"
+#include "train/memory_check.h"
 #include "train/resume_config.h"
 #include "metrics/run_summary.h"
 #include "metrics/tb_events.h"
@@ -170,7 +171,10 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
   const int head_chunk = backend.device() == Device::CPU ? 0 : 4096;
   model_ = std::make_unique<Qwen2Model>(*layout_, be_, fo.compute_dtype, cfg.train.micro_batch, cfg.train.seq_len,
                                         head_chunk, parse_recompute(cfg.train.recompute),
-                                        cfg.train.matmul_dtype == "fp8");
+                                        cfg.train.matmul_dtype == "fp8", cfg.train.fp8_scaling == "delayed");
+  base_workspace_ = be_.workspace_bytes();
+  if (backend.device() != Device::CPU)
+    attention_workspace_ = attention_workspace_bytes(cfg.model, cfg.train.micro_batch, cfg.train.seq_len);
   schedule_ = LrSchedule::from(cfg.optim, cfg.train.steps);
   flops_per_token_ = flops_per_token(cfg.model, cfg.train.seq_len);
   peak_tflops_ = cfg.train.peak_tflops > 0
@@ -211,13 +215,16 @@ std::string Trainer::memory_check_line(size_t measured_peak) const {
             human_bytes(static_cast<double>(estimated_peak_bytes())) + " estimated; ";
   line += "gathered units " + human_bytes(static_cast<double>(fsdp_->memory().gathered_peak_bytes)) +
           " measured, " + human_bytes(static_cast<double>(g.total())) + " estimated";
+  if (attention_workspace_)  // cuDNN's workspace is sized by cuDNN at its first call: the one guess here
+    line += "; workspace " + human_bytes(static_cast<double>(be_.workspace_bytes())) + " measured, " +
+            human_bytes(static_cast<double>(base_workspace_ + attention_workspace_)) + " estimated";
   return line;
 }
 
 size_t Trainer::estimated_peak_bytes() const {
   const FsdpMemory mem = fsdp_->memory();
   return mem.master_bytes + mem.grad_bytes + mem.optimizer_bytes + mem.staging_bytes + gathered_estimate().total() +
-         model_->activation_bytes() + be_.workspace_bytes();
+         model_->activation_bytes() + base_workspace_ + attention_workspace_;
 }
 
 GatheredMemory Trainer::gathered_estimate() const {
@@ -309,7 +316,8 @@ void Trainer::print_header() const {
                   cfg_.train.recompute == "none" ? "" : (", recompute " + cfg_.train.recompute).c_str());
     row(buf, model_->activation_bytes());
   }
-  row("workspace", be_.workspace_bytes());
+  row("workspace", base_workspace_);
+  if (attention_workspace_) row("attention workspace (cuDNN, sized at its first call)", attention_workspace_);
   row("total (estimate)", estimated_peak_bytes());
   if (fabric_) {
     for (const std::string& line : format_transport_report(*fabric_)) log_info(line);
@@ -339,6 +347,7 @@ StepMetrics Trainer::step(int s) {
   ST_CHECK(total_valid > 0, "step ", s + 1, ": every target of the global batch is ignored");
 
   fsdp_->zero_grads();
+  model_->begin_step();
   double loss_sum = 0;
   const float scale = static_cast<float>(1.0 / total_valid);
   for (size_t micro = 0; micro < batches_.size(); ++micro) {

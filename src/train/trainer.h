@@ -111,6 +111,9 @@ class Trainer {
   std::vector<Batch> batches_;
   int64_t tokens_seen_ = 0;
   double flops_per_token_ = 0, peak_tflops_ = 0;
+  // The backend's workspace before the first step (cuBLASLt's), and what cuDNN attention
+  // will add at its first call (attention_workspace_bytes; 0 on the CPU).
+  size_t base_workspace_ = 0, attention_workspace_ = 0;
   double t_start_ = 0;
   std::string resumed_from_;
   double load_s_ = 0;

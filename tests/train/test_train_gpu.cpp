@@ -109,6 +109,14 @@ TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
     EXPECT_LE(std::abs(g.losses[i] - bf16.losses[i]), 0.02 + 0.03 * bf16.losses[i]) << "step " << i + 1;
   }
   EXPECT_LT(g.losses.back(), g.losses.front() - 0.5) << "the fp8 run does not learn";
+  // Delayed scaling: the GPU follows the CPU's delayed run the same way.
+  cfg.train.fp8_scaling = "delayed";
+  const TrainResult cd = train_one_rank(cfg, *cpu), gd = train_one_rank(cfg, *gpu);
+  for (size_t i = 0; i < cd.losses.size(); ++i) {
+    std::printf("step %2zu  cpu fp8 delayed %.4f  gpu fp8 delayed %.4f\n", i + 1, cd.losses[i], gd.losses[i]);
+    EXPECT_LE(std::abs(gd.losses[i] - cd.losses[i]), 0.02 + 0.02 * cd.losses[i]) << "delayed, step " << i + 1;
+  }
+  EXPECT_LT(gd.losses.back(), gd.losses.front() - 0.5) << "the delayed fp8 run does not learn";
 }
 
 TEST(TrainGpu, FactoryMakesTheCudaBackend) {

@@ -90,6 +90,34 @@ TEST(Trainer, Fp8MatmulsTrainNearTheF32Run) {
   EXPECT_EQ(Qwen2Model::fp8_shape_problem(odd.model, 8, 32), "");
 }
 
+// train.fp8_scaling=delayed: step 1 (no history) is the current-scaling run's step 1
+// bit for bit; later steps use the history's scales, so they differ a little from
+// current scaling but stay near f32, repeat bit for bit, and recompute changes no bit.
+TEST(Trainer, Fp8DelayedScalingTrainsLikeCurrentScaling) {
+  RunConfig cfg = tiny_run(30);
+  const TrainResult f32 = train_on_cpu(cfg);
+  cfg.train.matmul_dtype = "fp8";
+  const TrainResult current = train_on_cpu(cfg);
+  cfg.train.fp8_scaling = "delayed";
+  const TrainResult delayed = train_on_cpu(cfg), again = train_on_cpu(cfg);
+  ASSERT_EQ(delayed.losses.size(), f32.losses.size());
+  EXPECT_EQ(delayed.losses[0], current.losses[0]) << "step 1 has no history: current scaling";
+  bool differs = false;
+  for (size_t i = 0; i < f32.losses.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(delayed.losses[i])) << "step " << i + 1;
+    EXPECT_NEAR(delayed.losses[i], f32.losses[i], 0.03 * f32.losses[i]) << "step " << i + 1;
+    EXPECT_NEAR(delayed.losses[i], current.losses[i], 0.02 * current.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(delayed.losses[i], again.losses[i]) << "step " << i + 1;
+    differs |= delayed.losses[i] != current.losses[i];
+  }
+  EXPECT_TRUE(differs) << "delayed scaling gave current scaling's bits: no history was used";
+  RunConfig block = cfg;
+  block.train.recompute = "block";
+  block.train.steps = cfg.train.steps = 4;
+  const TrainResult a = train_on_cpu(cfg), b = train_on_cpu(block);
+  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+}
+
 // optim.state_dtype / optim.master_dtype = bf16 (stochastic rounding): the run learns,
 // stays near the f32 run, and repeats bit for bit; train.offload streams the state
 // through staging buffers and changes no bit, with either dtype.

@@ -222,15 +222,14 @@ class CpuBackend final : public Backend {
   // ---- FP8, emulated (fp8.h): the GPU's quantization bit for bit, its GEMM up to the
   // order of the fp32 sums -------------------------------------------------------------
 
-  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols,
-                       bool reuse_scale) override {
+  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols, bool reuse_scale,
+                       Tensor amax_out) override {
     const Fp8Format f = (q.empty() ? qt.dtype : q.dtype) == DType::F8E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
     const size_t n = size_t(rows) * cols;
     float amax = 0;
-    for (size_t i = 0; i < n && !reuse_scale; i++) {
-      const float a = std::fabs(float(load(x.data, x.dtype, i)));
-      if (!(a <= amax)) amax = a;  // a NaN wins, as on the GPU (the scale is then 1)
-    }
+    for (size_t i = 0; i < n && (!reuse_scale || !amax_out.empty()); i++)
+      amax = fp8_amax_max(amax, std::fabs(float(load(x.data, x.dtype, i))));  // a NaN sticks, as on the GPU
+    if (!amax_out.empty()) amax_out.as<float>()[0] = fp8_amax_max(amax_out.as<float>()[0], amax);
     const float s = reuse_scale ? 1.0f / inv_scale.as<float>()[0] : fp8_scale(amax, fp8_spec(f).max_finite);
     for (int r = 0; r < rows; r++)
       for (int c = 0; c < cols; c++) {
@@ -240,6 +239,17 @@ class CpuBackend final : public Backend {
         if (!qt.empty()) qt.as<uint8_t>()[size_t(c) * rows + r] = b;
       }
     if (!reuse_scale) inv_scale.as<float>()[0] = 1.0f / s;
+  }
+  void do_fp8_roll_scales(Tensor inv_scale, int stride, Tensor amax, Tensor history, int n, int len, int pos,
+                          Fp8Format format) override {
+    float* h = history.as<float>();
+    for (int i = 0; i < n; i++) {
+      h[size_t(i) * len + pos] = amax.as<float>()[i];
+      amax.as<float>()[i] = 0;
+      float m = 0;
+      for (int j = 0; j < len; j++) m = fp8_amax_max(m, h[size_t(i) * len + j]);
+      inv_scale.as<float>()[size_t(i) * stride] = 1.0f / fp8_scale(m, fp8_spec(format).max_finite);
+    }
   }
   void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
                      bool accumulate) override {

@@ -148,7 +148,7 @@ class CudaBackend final : public Backend {
     use_device();
     if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
     if (cap_bytes_) {
-      const size_t held = live_bytes_ + matmul_->workspace_bytes();
+      const size_t held = live_bytes_ + workspace_bytes();
       free = std::min(free, cap_bytes_ > held ? cap_bytes_ - held : size_t(1));
     }
     return free;
@@ -163,8 +163,8 @@ class CudaBackend final : public Backend {
     use_device();
     Tensor t{nullptr, dtype, numel};
     if (numel == 0) return t;
-    if (cap_bytes_ && live_bytes_ + matmul_->workspace_bytes() + t.bytes() > cap_bytes_)
-      fail("cuda backend: out of GPU memory allocating ", t.bytes(), " bytes: ", live_bytes_ + matmul_->workspace_bytes(),
+    if (cap_bytes_ && live_bytes_ + workspace_bytes() + t.bytes() > cap_bytes_)
+      fail("cuda backend: out of GPU memory allocating ", t.bytes(), " bytes: ", live_bytes_ + workspace_bytes(),
            " bytes held of the ", cap_bytes_, " that SHARDTRAIN_GPU_MEMORY_CAP_GIB allows");
     const cudaError_t e = cudaMallocAsync(&t.data, t.bytes(), stream_);
     if (e == cudaErrorMemoryAllocation) {
@@ -400,8 +400,8 @@ class CudaBackend final : public Backend {
 
   // ---- FP8 ----------------------------------------------------------------------------------
 
-  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols,
-                       bool reuse_scale) override {
+  void do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols, bool reuse_scale,
+                       Tensor amax) override {
     use_device();
     ST_CHECK(fp8_why_not_.empty(), "fp8_quantize: ", fp8_why_not_);
     const Fp8Format f = (q.empty() ? qt.dtype : q.dtype) == DType::F8E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
@@ -410,8 +410,14 @@ class CudaBackend final : public Backend {
     dispatch(x.dtype, [&](auto tag) {
       using T = decltype(tag);
       cuda::fp8_quantize(qp, qtp, inv_scale.as<float>(), x.as<T>(), rows, cols, f, reuse_scale ? nullptr : amax_dev_,
-                         stream_);
+                         amax.empty() ? nullptr : amax.as<unsigned>(), stream_);
     });
+  }
+  void do_fp8_roll_scales(Tensor inv_scale, int stride, Tensor amax, Tensor history, int n, int len, int pos,
+                          Fp8Format format) override {
+    use_device();
+    cuda::fp8_roll_scales(inv_scale.as<float>(), stride, amax.as<float>(), history.as<float>(), n, len, pos, format,
+                          stream_);
   }
   void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
                      bool accumulate) override {
@@ -576,6 +582,11 @@ class CudaBackend final : public Backend {
   // cuDNN was asked for; otherwise the fallback takes over, said once. The answer is
   // cached per shape, so asking again is cheap.
   bool cudnn_ok(bool ran) {
+    // cuDNN sizes its workspace itself (from the same pool): under the cap it counts too.
+    if (ran && cap_bytes_ && live_bytes_ + workspace_bytes() > cap_bytes_)
+      fail("cuda backend: out of GPU memory: cuDNN attention's workspace of ", cudnn_attention_->workspace_bytes(),
+           " bytes brings what is held to ", live_bytes_ + workspace_bytes(), " bytes, over the ", cap_bytes_,
+           " that SHARDTRAIN_GPU_MEMORY_CAP_GIB allows");
     if (ran) return true;
     const std::string why = cudnn_attention_->why_not();
     if (std::strcmp(attention_choice(), "cudnn") == 0) fail("SHARDTRAIN_ATTENTION=cudnn: ", why);

@@ -23,9 +23,13 @@ using bf16 = __nv_bfloat16;
 // x with the power-of-two scale of its amax (backend/fp8.h); *inv_scale = 1 / scale.
 // amax_scratch: one device word the launcher zeroes and the kernels use; null: the
 // scale is 1 / *inv_scale as given (an earlier quantization's), and x is read once.
+// record (may be null): *record = max(*record, amax |x|) as float bits, in the cast.
 template <class T>
 void fp8_quantize(uint8_t* q, uint8_t* qt, float* inv_scale, const T* x, int rows, int cols, Fp8Format format,
-                  unsigned* amax_scratch, cudaStream_t stream);
+                  unsigned* amax_scratch, unsigned* record, cudaStream_t stream);
+// Backend::fp8_roll_scales (delayed scaling's once-a-step update).
+void fp8_roll_scales(float* inv_scale, int stride, float* amax, float* history, int n, int len, int pos,
+                     Fp8Format format, cudaStream_t stream);
 
 // ---- elementwise.cu -------------------------------------------------------------
 // p (n) = value, converted to dt (F32, F64, BF16, I32, I64).

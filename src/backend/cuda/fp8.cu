@@ -1,8 +1,10 @@
-// FP8 quantization (backend/fp8.h): the per-tensor amax, then one pass that casts
-// to e4m3/e5m2 with the scale the amax gives and writes the row-major result, its
-// transpose (for the GEMMs that need the other operand layout: FP8 tensor cores on
-// sm_89/sm_90 read both operands K-major), or both. The scale never leaves the
-// device: the cast reads the amax the first kernel left, so nothing waits.
+// FP8 quantization (backend/fp8.h). Current scaling: the per-tensor amax, then one pass
+// that casts to e4m3/e5m2 with the scale the amax gives. Given scale (an earlier
+// quantization's, or delayed scaling's from the amax history): the cast alone, which
+// may record the tensor's amax in the same pass. The cast writes the row-major result,
+// its transpose (for the GEMMs that need the other operand layout: FP8 tensor cores on
+// sm_89/sm_90 read both operands K-major), or both. The scale never leaves the device:
+// the cast reads the amax the first kernel left, so nothing waits.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -16,107 +18,196 @@ namespace st::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTile = 64;  // a block casts a kTile x kTile tile
+constexpr int kRows = 128, kCols = 64;  // a block casts a kRows x kCols tile
+constexpr int kPacksPerThread = kRows * (kCols / 8) / kThreads;  // 8-element packs: 4
 
-// Non-negative floats order as their bit patterns: atomicMax on the bits is a max on
-// |x|; a NaN's bits exceed every finite value's, so a NaN wins (and the scale is 1).
-template <class T>
-__global__ void __launch_bounds__(kThreads) amax_kernel(unsigned* amax_bits, const T* x, size_t n) {
-  float m = 0;
-  for (size_t i = global_thread(); i < n; i += grid_threads()) {
-    const float a = fabsf(to_float(x[i]));
-    m = (a > m || a != a) ? a : m;
+// |v| as bits: non-negative floats order as their bits; a NaN's exceed every finite
+// value's, so a NaN wins (and its scale is 1).
+__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+// One atomicMax per block: the block's largest |x| bits (every thread passes its own).
+__device__ __forceinline__ void block_amax(unsigned* amax_bits, unsigned m) {
+  __shared__ unsigned warp_max_bits[kThreads / 32];
+  m = __reduce_max_sync(0xffffffffu, m);
+  if ((threadIdx.x & 31) == 0) warp_max_bits[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = threadIdx.x < kThreads / 32 ? warp_max_bits[threadIdx.x] : 0u;
+    m = __reduce_max_sync(0xffffffffu, m);
+    if (threadIdx.x == 0 && m) atomicMax(amax_bits, m);
   }
-  unsigned bits = __float_as_uint(m);
-  for (int o = 16; o > 0; o /= 2) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, o));
-  if ((threadIdx.x & 31) == 0) atomicMax(amax_bits, bits);
 }
+
+// amax over n elements: 16-byte packs (x 16-byte aligned; the launcher checks), four in
+// flight per thread, then the tail.
+template <class T>
+__global__ void __launch_bounds__(kThreads) amax_kernel(unsigned* amax_bits, const T* __restrict__ x, size_t n,
+                                                         bool vec) {
+  constexpr int P = 16 / int(sizeof(T));
+  unsigned m = 0;
+  size_t done = 0;
+  if (vec) {
+    const size_t packs = n / P, stride = grid_threads();
+    const uint4* xp = reinterpret_cast<const uint4*>(x);
+    size_t i = global_thread();
+    for (; i + 3 * stride < packs; i += 4 * stride) {
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) v[u] = xp[i + u * stride];
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const T* e = reinterpret_cast<const T*>(&v[u]);
+#pragma unroll
+        for (int k = 0; k < P; k++) m = max(m, abs_bits(to_float(e[k])));
+      }
+    }
+    for (; i < packs; i += stride) {
+      const uint4 v = xp[i];
+      const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+      for (int k = 0; k < P; k++) m = max(m, abs_bits(to_float(e[k])));
+    }
+    done = packs * P;
+  }
+  for (size_t i = done + global_thread(); i < n; i += grid_threads()) m = max(m, abs_bits(to_float(x[i])));
+  block_amax(amax_bits, m);
+}
+
+// Where column c of tile row r is kept: its 8-byte group XOR the row's band of 16 (the
+// same for the 16 rows one thread reads, so a group stays 8 contiguous bytes).
+__device__ __forceinline__ int tile_col(int r, int c) { return (((c >> 3) ^ (r >> 4)) & 7) << 3 | (c & 7); }
 
 __device__ __forceinline__ uint8_t cast(float v, __nv_fp8_interpretation_t fmt) {
   return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, fmt);
 }
 
-// One kTile x kTile tile per block: x (rows, cols) -> q (rows, cols) and/or
-// qt (cols, rows). VEC: 8 elements of x load as 16-byte packs and go to q as one
+// One kRows x kCols tile per block: x (rows, cols) -> q (rows, cols) and/or qt (cols,
+// rows); with `record`, the tile's amax is max-ed into *record. VEC: 8 elements of x
+// load as 16-byte packs (all of a thread's loads in flight at once) and go to q as one
 // 8-byte store (x 16-byte and q 8-byte aligned, cols % 8 == 0).
 template <class T, bool VEC>
 __global__ void __launch_bounds__(kThreads)
-    cast_kernel(uint8_t* q, uint8_t* qt, float* inv_scale, const T* x, int rows, int cols, const unsigned* amax_bits,
-                float max_finite, __nv_fp8_interpretation_t fmt) {
-  __shared__ uint8_t tile[kTile][kTile + 4];
+    cast_kernel(uint8_t* __restrict__ q, uint8_t* __restrict__ qt, float* inv_scale, const T* __restrict__ x,
+                int rows, int cols, const unsigned* amax_bits, unsigned* record, float max_finite,
+                __nv_fp8_interpretation_t fmt) {
+  // The tile's 8-byte groups are swizzled by row band (tile_at): the transposed read
+  // below has a warp's threads in 8 bands of 16 rows at the same columns, which would
+  // otherwise all hit one shared-memory bank.
+  __shared__ __align__(16) uint8_t tile[kRows][kCols];
   // A given scale (amax_bits null) is a power of two: 1 / (1 / s) is s exactly.
   const float s = amax_bits ? fp8_scale(__uint_as_float(*amax_bits), max_finite) : 1.0f / *inv_scale;
   if (amax_bits && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv_scale = 1.0f / s;
-  const int r0 = blockIdx.y * kTile, c0 = blockIdx.x * kTile;
-  for (int i = threadIdx.x; i < kTile * (kTile / 8); i += kThreads) {
-    const int lr = i / (kTile / 8), lc = (i % (kTile / 8)) * 8, r = r0 + lr, c = c0 + lc;
-    if (r >= rows) continue;
-    uint8_t b[8];
-    const size_t at = size_t(r) * cols + c;
-    if (VEC && c + 8 <= cols) {
-      uint4 pack[8 * sizeof(T) / 16];  // 8 elements: one pack of bf16, two of float
+  const int r0 = blockIdx.y * kRows, c0 = blockIdx.x * kCols;
+  unsigned m = 0;
+  if (VEC) {
+    uint4 pack[kPacksPerThread][8 * sizeof(T) / 16];
 #pragma unroll
-      for (int p = 0; p < int(8 * sizeof(T) / 16); p++) pack[p] = reinterpret_cast<const uint4*>(x + at)[p];
-      const T* v = reinterpret_cast<const T*>(pack);
+    for (int u = 0; u < kPacksPerThread; u++) {
+      const int i = threadIdx.x + u * kThreads, r = r0 + i / (kCols / 8), c = c0 + (i % (kCols / 8)) * 8;
+      if (r < rows && c < cols) {
+        const size_t at = size_t(r) * cols + c;
 #pragma unroll
-      for (int k = 0; k < 8; k++) b[k] = cast(to_float(v[k]) * s, fmt);
-      if (q) *reinterpret_cast<uint2*>(q + at) = *reinterpret_cast<const uint2*>(b);
-    } else {
-      for (int k = 0; k < 8; k++) {
-        b[k] = c + k < cols ? cast(to_float(x[at + k]) * s, fmt) : 0;
-        if (q && c + k < cols) q[at + k] = b[k];
+        for (int p = 0; p < int(8 * sizeof(T) / 16); p++) pack[u][p] = reinterpret_cast<const uint4*>(x + at)[p];
       }
     }
-    if (qt)
 #pragma unroll
-      for (int k = 0; k < 8; k++) tile[lr][lc + k] = b[k];
-  }
-  if (!qt) return;
-  __syncthreads();
-  // qt row c holds column c of x: 64 bytes of this tile per row, in packs of 16.
-  for (int i = threadIdx.x; i < kTile * (kTile / 16); i += kThreads) {
-    const int lc = i / (kTile / 16), lr = (i % (kTile / 16)) * 16, c = c0 + lc, r = r0 + lr;
-    if (c >= cols || r >= rows) continue;
-    const size_t at = size_t(c) * rows + r;
-    if (r + 16 <= rows && rows % 16 == 0) {
-      uint8_t v[16];
+    for (int u = 0; u < kPacksPerThread; u++) {
+      const int i = threadIdx.x + u * kThreads, lr = i / (kCols / 8), lc = (i % (kCols / 8)) * 8, r = r0 + lr,
+                c = c0 + lc;
+      if (r >= rows || c >= cols) continue;
+      const T* v = reinterpret_cast<const T*>(pack[u]);
+      __align__(8) uint8_t b[8];
 #pragma unroll
-      for (int k = 0; k < 16; k++) v[k] = tile[lr + k][lc];
-      *reinterpret_cast<uint4*>(qt + at) = *reinterpret_cast<const uint4*>(v);
-    } else {
-      for (int k = 0; k < 16 && r + k < rows; k++) qt[at + k] = tile[lr + k][lc];
+      for (int k = 0; k < 8; k++) {
+        const float f = to_float(v[k]);
+        m = max(m, abs_bits(f));
+        b[k] = cast(f * s, fmt);
+      }
+      if (q) *reinterpret_cast<uint2*>(q + size_t(r) * cols + c) = *reinterpret_cast<const uint2*>(b);
+      if (qt) *reinterpret_cast<uint2*>(&tile[lr][tile_col(lr, lc)]) = *reinterpret_cast<const uint2*>(b);
+    }
+  } else {
+    for (int i = threadIdx.x; i < kRows * kCols; i += kThreads) {
+      const int lr = i / kCols, lc = i % kCols, r = r0 + lr, c = c0 + lc;
+      if (r >= rows || c >= cols) continue;
+      const size_t at = size_t(r) * cols + c;
+      const float f = to_float(x[at]);
+      m = max(m, abs_bits(f));
+      const uint8_t b = cast(f * s, fmt);
+      if (q) q[at] = b;
+      if (qt) tile[lr][tile_col(lr, lc)] = b;
     }
   }
+  if (record) block_amax(record, m);  // its barrier also orders the tile's writes
+  if (!qt) return;
+  __syncthreads();
+  // qt row c holds column c of x: kRows bytes of this tile per row, in packs of 16.
+  for (int i = threadIdx.x; i < kCols * (kRows / 16); i += kThreads) {
+    const int lc = i / (kRows / 16), lr = (i % (kRows / 16)) * 16, c = c0 + lc, r = r0 + lr;
+    if (c >= cols || r >= rows) continue;
+    const size_t at = size_t(c) * rows + r;
+    if (r + 16 <= rows && rows % 16 == 0 && reinterpret_cast<uintptr_t>(qt) % 16 == 0) {
+      __align__(16) uint8_t v[16];
+#pragma unroll
+      for (int k = 0; k < 16; k++) v[k] = tile[lr + k][tile_col(lr, lc)];
+      *reinterpret_cast<uint4*>(qt + at) = *reinterpret_cast<const uint4*>(v);
+    } else {
+      for (int k = 0; k < 16 && r + k < rows; k++) qt[at + k] = tile[lr + k][tile_col(lr, lc)];
+    }
+  }
+}
+
+// Delayed scaling's step: one thread per tensor.
+__global__ void roll_kernel(float* inv_scale, int stride, unsigned* amax_bits, unsigned* history, int n, int len,
+                            int pos, float max_finite) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  unsigned* h = history + size_t(i) * len;
+  h[pos] = amax_bits[i];
+  amax_bits[i] = 0;
+  unsigned m = 0;
+  for (int j = 0; j < len; j++) m = max(m, h[j]);
+  inv_scale[size_t(i) * stride] = 1.0f / fp8_scale(__uint_as_float(m), max_finite);
 }
 
 }  // namespace
 
 template <class T>
 void fp8_quantize(uint8_t* q, uint8_t* qt, float* inv_scale, const T* x, int rows, int cols, Fp8Format format,
-                  unsigned* amax_scratch, cudaStream_t stream) {
+                  unsigned* amax_scratch, unsigned* record, cudaStream_t stream) {
   const size_t n = size_t(rows) * cols;
   if (amax_scratch) {
     ST_CUDA(cudaMemsetAsync(amax_scratch, 0, sizeof(unsigned), stream));
-    const unsigned blocks = unsigned(std::min<size_t>((n + kThreads * 8 - 1) / (kThreads * 8), 1024));
-    amax_kernel<<<blocks, kThreads, 0, stream>>>(amax_scratch, x, n);
+    const unsigned blocks = unsigned(std::min<size_t>((n + kThreads * 32 - 1) / (kThreads * 32), 2048));
+    amax_kernel<<<std::max(blocks, 1u), kThreads, 0, stream>>>(amax_scratch, x, n,
+                                                              reinterpret_cast<uintptr_t>(x) % 16 == 0);
     ST_CUDA_LAUNCHED("fp8 amax_kernel");
   }
-  const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
+  const dim3 grid((cols + kCols - 1) / kCols, (rows + kRows - 1) / kRows);
   ST_CHECK(grid.y <= 65535, "fp8_quantize: ", rows, " rows is too many for one launch");
   const auto fmt = format == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
   const float max_finite = fp8_spec(format).max_finite;
   const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 8 == 0 && cols % 8 == 0;
   if (vec)
-    cast_kernel<T, true><<<grid, kThreads, 0, stream>>>(q, qt, inv_scale, x, rows, cols, amax_scratch, max_finite, fmt);
+    cast_kernel<T, true><<<grid, kThreads, 0, stream>>>(q, qt, inv_scale, x, rows, cols, amax_scratch, record,
+                                                        max_finite, fmt);
   else
-    cast_kernel<T, false><<<grid, kThreads, 0, stream>>>(q, qt, inv_scale, x, rows, cols, amax_scratch, max_finite,
-                                                         fmt);
+    cast_kernel<T, false><<<grid, kThreads, 0, stream>>>(q, qt, inv_scale, x, rows, cols, amax_scratch, record,
+                                                         max_finite, fmt);
   ST_CUDA_LAUNCHED("fp8 cast_kernel");
 }
 
+void fp8_roll_scales(float* inv_scale, int stride, float* amax, float* history, int n, int len, int pos,
+                     Fp8Format format, cudaStream_t stream) {
+  roll_kernel<<<(n + 127) / 128, 128, 0, stream>>>(inv_scale, stride, reinterpret_cast<unsigned*>(amax),
+                                                   reinterpret_cast<unsigned*>(history), n, len, pos,
+                                                   fp8_spec(format).max_finite);
+  ST_CUDA_LAUNCHED("fp8 roll_kernel");
+}
+
 template void fp8_quantize<float>(uint8_t*, uint8_t*, float*, const float*, int, int, Fp8Format, unsigned*,
-                                  cudaStream_t);
+                                  unsigned*, cudaStream_t);
 template void fp8_quantize<bf16>(uint8_t*, uint8_t*, float*, const bf16*, int, int, Fp8Format, unsigned*,
-                                 cudaStream_t);
+                                 unsigned*, cudaStream_t);
 
 }  // namespace st::cuda

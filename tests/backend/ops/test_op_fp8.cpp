@@ -133,6 +133,57 @@ TEST_F(CpuFp8, QuantizeWritesTheScaledRoundedValuesAndTheirTranspose) {
   }
 }
 
+// Delayed scaling's two parts: a cast with a given scale records max(amax, |x|) in the
+// same pass (a NaN sticks), and the once-a-step roll moves the amax into the history
+// at `pos`, zeroes it and sets each scale from the history's largest value.
+TEST_F(CpuFp8, DelayedScalingRecordsTheAmaxAndRollsTheHistory) {
+  const int rows = 6, cols = 8;
+  Vec x = randv(size_t(rows) * cols, -2, 2);
+  x[13] = -5.5;
+  Tensor tx = make(DType::F32, x.size()), q = make(DType::F8E4M3, x.size()), inv = make(DType::F32, 1);
+  Tensor amax = make(DType::F32, 1);
+  be->copy(tx, from(x));
+  inv.as<float>()[0] = 0.25f;  // a given scale of 4: read, never written
+  be->fp8_quantize(q, Tensor{}, inv, tx, rows, cols, true, amax);
+  EXPECT_EQ(get(inv)[0], 0.25);
+  EXPECT_EQ(get(amax)[0], 5.5);
+  EXPECT_EQ(q.as<uint8_t>()[3], fp8_encode(float(x[3]) * 4, Fp8Format::E4M3));
+  // A smaller tensor leaves the larger amax; a current-scaled cast records too.
+  Vec small(x.size(), 0.5);
+  be->copy(tx, from(small));
+  be->fp8_quantize(q, Tensor{}, inv, tx, rows, cols, true, amax);
+  EXPECT_EQ(get(amax)[0], 5.5);
+  small[7] = -9;
+  be->copy(tx, from(small));
+  be->fp8_quantize(q, Tensor{}, inv, tx, rows, cols, false, amax);
+  EXPECT_EQ(get(amax)[0], 9.0);
+  EXPECT_EQ(get(inv)[0], 1.0 / fp8_scale(9.0f, 448.0f));
+  small[2] = NAN;
+  be->copy(tx, from(small));
+  be->fp8_quantize(q, Tensor{}, inv, tx, rows, cols, true, amax);
+  EXPECT_TRUE(std::isnan(get(amax)[0]));
+  small[2] = 100;
+  be->copy(tx, from(small));
+  be->fp8_quantize(q, Tensor{}, inv, tx, rows, cols, true, amax);
+  EXPECT_TRUE(std::isnan(get(amax)[0])) << "a NaN sticks";
+
+  // The roll: 3 tensors, history of 4, scales 2 floats apart.
+  const int n = 3, len = 4, stride = 2;
+  Tensor am = make(DType::F32, n), hist = make(DType::F32, size_t(n) * len), sc = make(DType::F32, n * stride);
+  const float e5 = fp8_spec(Fp8Format::E5M2).max_finite;
+  for (int step = 0; step < 6; step++) {
+    for (int i = 0; i < n; i++) am.as<float>()[i] = float((i + 1) * (step == 2 ? 100 : step + 1));
+    be->fp8_roll_scales(sc, stride, am, hist, n, len, step % len, Fp8Format::E5M2);
+    for (int i = 0; i < n; i++) {
+      EXPECT_EQ(am.as<float>()[i], 0.0f) << "step " << step;
+      // The largest of the last four steps: step 2's 100 x (i + 1) until it leaves.
+      const float want = step - 2 < len && step >= 2 ? float((i + 1) * 100) : float((i + 1) * (step + 1));
+      EXPECT_EQ(sc.as<float>()[i * stride], 1.0f / fp8_scale(want, e5)) << "step " << step << " tensor " << i;
+    }
+  }
+  expect_error([&] { be->fp8_roll_scales(sc, stride, am, hist, n, len, len, Fp8Format::E5M2); }, {"pos 4"});
+}
+
 TEST_F(CpuFp8, MatmulIsTheDequantizedProductScaled) {
   const int M = 16, K = 32, N = 48;
   Tensor xa = make(DType::F32, size_t(M) * K), xb = make(DType::F32, size_t(N) * K);
@@ -218,6 +269,45 @@ TEST_F(CudaFp8, QuantizeMatchesTheEmulationBitForBit) {
         EXPECT_EQ(get(gi)[0], cget(ci)[0]) << what << " inv_scale (reused, unchanged)";
       }
   }
+}
+
+// Delayed scaling on the GPU: the one-pass cast with a given scale writes the
+// emulation's bytes and records its amax (many blocks, one word); the roll gives the
+// emulation's scales, history and zeroed amax.
+TEST_F(CudaFp8, DelayedCastAndRollMatchTheEmulation) {
+  for (DType dt : kBoth)
+    for (auto [rows, cols] : {std::pair{37, 72}, std::pair{512, 256}, std::pair{1024, 1536}}) {
+      const size_t n = size_t(rows) * cols;
+      Vec x = randv_as(dt, n, -3, 3);
+      x[n - 5] = dt == DType::BF16 ? bf16_to_f32(f32_to_bf16(-51.5f)) : -51.5f;
+      const std::string what = std::string(dtype_name(dt)) + " " + std::to_string(rows) + "x" + std::to_string(cols);
+      Tensor cq = make(*cpu, DType::F8E5M2, n), cqt = make(*cpu, DType::F8E5M2, n), ci = make(*cpu, DType::F32, 1),
+             ca = make(*cpu, DType::F32, 1);
+      ci.as<float>()[0] = 1.0f / 512;
+      ca.as<float>()[0] = 2.0f;
+      cpu->fp8_quantize(cq, cqt, ci, cpu_from(x), rows, cols, true, ca);
+      Tensor gx = gpu_from_at(x, dt, 0);
+      Tensor gq = make(gpu(), DType::F8E5M2, n), gqt = make(gpu(), DType::F8E5M2, n);
+      Tensor gi = gpu_from_at(Vec{1.0 / 512}, DType::F32, 0), ga = gpu_from_at(Vec{2.0}, DType::F32, 0);
+      gpu().fp8_quantize(gq, gqt, gi, gx, rows, cols, true, ga);
+      EXPECT_EQ(std::memcmp(raw(gq).data(), cq.as<uint8_t>(), n), 0) << what << " q";
+      EXPECT_EQ(std::memcmp(raw(gqt).data(), cqt.as<uint8_t>(), n), 0) << what << " qt";
+      EXPECT_EQ(get(ga)[0], cget(ca)[0]) << what << " amax";
+      EXPECT_EQ(get(ga)[0], 51.5) << what << " amax";
+    }
+  const int n = 112, len = 16;
+  Vec am0 = randv(n, 0, 1000), hist0 = randv(size_t(n) * len, 0, 1000);
+  Tensor ca = cpu_from(am0), ch = cpu_from(hist0), cs = make(*cpu, DType::F32, n * 4);
+  Tensor ga = gpu_from_at(am0, DType::F32, 0), gh = gpu_from_at(hist0, DType::F32, 0),
+         gs = make(gpu(), DType::F32, n * 4);
+  cpu->fp8_roll_scales(cs, 4, ca, ch, n, len, 5, Fp8Format::E4M3);
+  gpu().fp8_roll_scales(gs, 4, ga, gh, n, len, 5, Fp8Format::E4M3);
+  Vec s = get(gs), h = get(gh), a = get(ga);
+  for (int i = 0; i < n; i++) {
+    EXPECT_EQ(s[size_t(i) * 4], cs.as<float>()[i * 4]) << "scale " << i;
+    EXPECT_EQ(a[i], 0.0) << "amax " << i;
+  }
+  for (size_t i = 0; i < h.size(); i++) EXPECT_EQ(h[i], ch.as<float>()[i]) << "history " << i;
 }
 
 TEST_F(CudaFp8, MatmulMatchesTheEmulation) {
