@@ -64,6 +64,24 @@ int largest_fitting_micro_batch(RunConfig cfg, Device device, int shard_world, b
   return lo;
 }
 
+MemoryRowLabels memory_row_labels(const RunConfig& cfg, Device device) {
+  const std::string compute = device == Device::CPU ? "fp32" : "bf16";
+  const std::string& md = cfg.optim.master_dtype;
+  const std::string& sd = cfg.optim.state_dtype;
+  const bool offload_master = cfg.train.offload == "optimizer+master";
+  MemoryRowLabels l;
+  l.weights = offload_master ? "weights (" + compute + " copy of the offloaded " + md + " master)"
+              : md == compute ? "weights (" + md + " master shard)"
+                              : "weights (" + md + " master shard + its " + compute + " copy)";
+  l.gradients = "gradients (fp32 shard)";
+  l.optimizer = cfg.train.offload == "none" ? "optimizer state (" + sd + " AdamW m and v)"
+                                            : "optimizer state: offloaded to host memory";
+  l.staging = "offload staging (two slots of the largest unit's state)";
+  l.offloaded = "offloaded state (" + (offload_master ? md + " master, " : std::string()) + sd +
+                " m and v; page-locked)";
+  return l;
+}
+
 std::string format_memory_plan(const RunConfig& cfg, Device device, int world, int shard_world, bool in_place,
                                size_t workspace_bytes, size_t limit, const std::string& limit_source) {
   const bool cpu = device == Device::CPU;
@@ -88,16 +106,11 @@ std::string format_memory_plan(const RunConfig& cfg, Device device, int world, i
        cfg.train.recompute + ", matmuls " + cfg.train.matmul_dtype + ", optimizer state " + cfg.optim.state_dtype +
        ", master weights " + cfg.optim.master_dtype + ", offload " + cfg.train.offload);
   line(std::string("memory per rank (") + (cpu ? "host RAM" : "GPU") + "):");
-  const bool offload_master = cfg.train.offload == "optimizer+master";
-  std::string weights = "weights (" + cfg.optim.master_dtype + " master shard";
-  if (offload_master) weights = "weights (" + std::string(cpu ? "fp32" : "bf16") + " copy of the offloaded master";
-  else if (p.low) weights += std::string(" + its ") + (cpu ? "fp32" : "bf16") + " copy";
-  row(weights + ")", p.master + p.low);
-  row("gradients (fp32 shard)", p.grad);
-  row(cfg.train.offload == "none" ? "optimizer state (" + cfg.optim.state_dtype + " AdamW m and v)"
-                                  : "optimizer state: offloaded to host memory",
-      p.optimizer);
-  if (p.staging) row("offload staging (two slots of the largest unit's state)", p.staging);
+  const MemoryRowLabels labels = memory_row_labels(cfg, device);
+  row(labels.weights, p.master + p.low);
+  row(labels.gradients, p.grad);
+  row(labels.optimizer, p.optimizer);
+  if (p.staging) row(labels.staging, p.staging);
   if (!in_place) {
     row("units gathered at the peak of a step", p.gathered.total());
     line("    (" + p.gathered.where + ")");
@@ -115,10 +128,7 @@ std::string format_memory_plan(const RunConfig& cfg, Device device, int world, i
   row("token ids (train.grad_accum micro-batches)", p.batches);
   if (p.loaded) row("model.init_from, loaded in fp32", p.loaded);
   if (p.checkpoint) row("checkpoint host copy", p.checkpoint);
-  if (p.offloaded)
-    row("offloaded state (" + std::string(offload_master ? cfg.optim.master_dtype + " master, " : "") +
-            cfg.optim.state_dtype + " m and v; page-locked)",
-        p.offloaded);
+  if (p.offloaded) row(labels.offloaded, p.offloaded);
   if (limit == 0) {
     line("no memory size to check against: give --run.gpu_memory_gib (e.g. 22.5 for an L4, 80 for an H100)");
     return out;

@@ -53,6 +53,17 @@ MemoryPlan plan_rank_memory(const RunConfig& cfg, Device device, int shard_world
 int largest_fitting_micro_batch(RunConfig cfg, Device device, int shard_world, bool in_place, size_t workspace_bytes,
                                 size_t limit, int max_micro_batch = 4096);
 
+// The labels of the memory table's state rows, by the run's dtypes and offload, for
+// the dry run's report and the trainer's header alike (device: the compute dtype).
+struct MemoryRowLabels {
+  std::string weights;    // the master shard and/or its compute copy
+  std::string gradients;  // the fp32 gradient shard
+  std::string optimizer;  // AdamW m and v on the device, or where they went
+  std::string staging;    // train.offload's two staging slots
+  std::string offloaded;  // train.offload: what lives in page-locked host memory
+};
+MemoryRowLabels memory_row_labels(const RunConfig& cfg, Device device);
+
 // The dry run's report: the table of `plan`, the limit it is checked against (0: none
 // known), and the largest micro-batch per recompute choice. One string, lines ending in
 // '\n'.

@@ -20,6 +20,7 @@
 #include "train/flops.h"
 #include "train/matmul_precision.h"
 #include "train/memory_check.h"
+#include "train/memory_plan.h"
 #include "train/resume_config.h"
 #include "metrics/run_summary.h"
 #include "metrics/tb_events.h"
@@ -290,19 +291,12 @@ void Trainer::print_header() const {
     std::snprintf(buf, sizeof buf, "  %-58s %12s", what.c_str(), human_bytes(static_cast<double>(bytes)).c_str());
     log_info(buf);
   };
-  const std::string compute = be_.device() == Device::CPU ? "fp32" : "bf16";
-  const std::string& md = cfg_.optim.master_dtype;
-  row(cfg_.train.offload == "optimizer+master" ? "weights (" + compute + " copy of the offloaded " + md + " master)"
-      : md == compute                          ? "weights (" + md + " master shard)"
-                                               : "weights (" + md + " master shard + its " + compute + " copy)",
-      mem.master_bytes);
-  row("gradients (fp32 shard)", mem.grad_bytes);
-  if (cfg_.train.offload == "none") row("optimizer state (" + cfg_.optim.state_dtype + " AdamW m and v)", mem.optimizer_bytes);
-  if (mem.staging_bytes) row("offload staging (two slots of the largest unit's state)", mem.staging_bytes);
-  if (mem.host_bytes)
-    row("host: offloaded " + std::string(cfg_.train.offload == "optimizer+master" ? md + " master, " : "") +
-            cfg_.optim.state_dtype + " m and v (page-locked; train.offload=" + cfg_.train.offload + ")",
-        mem.host_bytes);
+  const MemoryRowLabels labels = memory_row_labels(cfg_, be_.device());
+  row(labels.weights, mem.master_bytes);
+  row(labels.gradients, mem.grad_bytes);
+  if (cfg_.train.offload == "none") row(labels.optimizer, mem.optimizer_bytes);
+  if (mem.staging_bytes) row(labels.staging, mem.staging_bytes);
+  if (mem.host_bytes) row("host: " + labels.offloaded, mem.host_bytes);
   log_info("  gathered at the peak: " + gathered.where);
   if (gathered.weights) row("  unit weights (computing + prefetched)", gathered.weights);
   if (gathered.held_tied_embedding) row("  tied embedding (held from forward to backward)", gathered.held_tied_embedding);
