@@ -373,6 +373,33 @@ void Backend::swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) 
   do_swiglu_backward(dgu, dout, gu, N, F);
 }
 
+void Backend::swiglu_backward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor dout, Tensor gu, int N,
+                                  int F) {
+  const char* op = "swiglu_backward_fp8";
+  check_dim(op, "N", N), check_dim(op, "F", F);
+  DType dt = act_dtype(op, "gu", gu);
+  check_buf(op, "dout", dout, dt, size_t(N) * F);
+  check_buf(op, "gu", gu, dt, size_t(N) * 2 * F);
+  ST_CHECK(!q.empty() || !qt.empty(), op, ": q and qt are both empty (nothing to write)");
+  const DType qd = q.empty() ? qt.dtype : q.dtype;
+  ST_CHECK(is_fp8(qd), op, ": q is ", dtype_name(qd), ", expected f8e4m3 or f8e5m2");
+  const size_t n = size_t(N) * 2 * F;
+  if (!q.empty()) check_buf(op, "q", q, qd, n);
+  if (!qt.empty()) check_buf(op, "qt", qt, qd, n);
+  check_buf(op, "inv_scale", inv_scale, DType::F32, 1);
+  if (!amax.empty()) check_buf(op, "amax", amax, DType::F32, 1);
+  do_swiglu_backward_fp8(q, qt, inv_scale, amax, dout, gu, N, F);
+}
+
+// The composition, for backends without a fused kernel: the same bits by definition.
+void Backend::do_swiglu_backward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor dout, Tensor gu,
+                                     int N, int F) {
+  Tensor dgu = alloc(gu.dtype, size_t(N) * 2 * F);
+  do_swiglu_backward(dgu, dout, gu, N, F);
+  do_fp8_quantize(q, qt, inv_scale, dgu, N, 2 * F, true, amax);
+  free(dgu);
+}
+
 // ---- cross-entropy --------------------------------------------------------------------
 
 void Backend::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,

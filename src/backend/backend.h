@@ -194,6 +194,12 @@ class Backend {
   void swiglu_forward(Tensor out, Tensor gu, int N, int F);
   // dgu (N, 2F) overwritten.
   void swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F);
+  // swiglu_backward with its output cast to FP8 in the same pass, for the gate|up
+  // layer's backward under delayed scaling: q (N, 2F) and/or qt (2F, N) (either may
+  // be empty, not both) = fp8_quantize(dgu, inv_scale given, amax) of the dgu that
+  // swiglu_backward would write (rounded to the activation dtype first), bit for bit;
+  // dgu itself is not written. A backend without a fused kernel does exactly that.
+  void swiglu_backward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor dout, Tensor gu, int N, int F);
 
   // ---- cross-entropy, fused forward + backward, in place over logits -------------
   // logits (N,V) in; losses (N) out (statistics dtype): -log softmax(logits)[target], 0 where
@@ -285,6 +291,8 @@ class Backend {
                                      int H, int KV, int hd) = 0;
   virtual void do_swiglu_forward(Tensor out, Tensor gu, int N, int F) = 0;
   virtual void do_swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) = 0;
+  virtual void do_swiglu_backward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor dout, Tensor gu,
+                                      int N, int F);
   virtual void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
                                 float dloss_scale, bool grad) = 0;
   virtual void do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) = 0;

@@ -494,6 +494,16 @@ void ProfilingBackend::do_swiglu_forward(Tensor out, Tensor gu, int N, int F) {
   timed("swiglu_forward", false, nf * (2 * es(gu) + es(out)), [&] { inner_.do_swiglu_forward(out, gu, N, F); });
 }
 
+// The SwiGLU backward that writes FP8 (one byte per layout) instead of dgu.
+void ProfilingBackend::do_swiglu_backward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor dout,
+                                              Tensor gu, int N, int F) {
+  if (!open_) return inner_.do_swiglu_backward_fp8(q, qt, inv_scale, amax, dout, gu, N, F);
+  const double nf = static_cast<double>(N) * F;
+  timed("swiglu_backward_fp8" + std::string(q.empty() || qt.empty() ? "" : " +T"), false,
+        nf * (es(dout) + 2 * es(gu) + 2 * ((q.empty() ? 0 : 1) + (qt.empty() ? 0 : 1))),
+        [&] { inner_.do_swiglu_backward_fp8(q, qt, inv_scale, amax, dout, gu, N, F); });
+}
+
 void ProfilingBackend::do_swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) {
   if (!open_) return inner_.do_swiglu_backward(dgu, dout, gu, N, F);
   const double nf = static_cast<double>(N) * F;

@@ -188,6 +188,8 @@ class ProfilingBackend : public Backend {
 
   void do_swiglu_forward(Tensor out, Tensor gu, int N, int F) override;
   void do_swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) override;
+  void do_swiglu_backward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor dout, Tensor gu, int N,
+                              int F) override;
 
   void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
                         float dloss_scale, bool grad) override;

@@ -158,13 +158,15 @@ void Qwen2Model::linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor
 // dW (OC, IC) += doutᵀ · x: a = doutᵀ (OC, N), b = xᵀ (IC, N); db from dout as is.
 // x and W are the forward's values (kept, recomputed or regathered: the same bits),
 // so their transposes reuse the forward's scales.
+// With dout empty, dq_ and dqt_ already hold it (swiglu_backward_fp8).
 void Qwen2Model::linear_backward(int slot, Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC,
                                  int OC) {
   if (!fp8_) return be_.matmul_backward(dx, dw, db, dout, x, w, N_, IC, OC);
   Tensor x_inv = fp8_inv(0, slot), w_inv = fp8_inv(1, slot), d_inv = fp8_inv(2, slot);
   const bool given = fp8_delayed_ && fp8_rolls_ > 0;
-  be_.fp8_quantize(dq_, dw.empty() ? Tensor{} : dqt_, d_inv, dout, N_, OC, given,
-                   fp8_delayed_ ? amax_.slice(size_t(L_) * 4 + size_t(slot), 1) : Tensor{});
+  if (!dout.empty())
+    be_.fp8_quantize(dq_, dw.empty() ? Tensor{} : dqt_, d_inv, dout, N_, OC, given,
+                     fp8_delayed_ ? amax_.slice(size_t(L_) * 4 + size_t(slot), 1) : Tensor{});
   if (!dx.empty()) {
     be_.fp8_quantize(Tensor{}, wq_, w_inv, w, OC, IC, true);
     be_.matmul_fp8(dx, dq_, d_inv, wq_, w_inv, Tensor{}, N_, OC, IC, false);
@@ -338,8 +340,15 @@ void Qwen2Model::backward_blocks(ParamProvider& params) {
     // resid[l+1] = mid + down(swiglu(gate_up(norm2(mid)))): dresid flows to mid unchanged.
     linear_backward(4 * l + 3, dsw_, g.slice(o.down_w, C * F), Tensor{}, dresid_, sw_[l], w.slice(o.down_w, C * F),
                     F_, C_);
-    be_.swiglu_backward(dgu_, dsw_, gu_[l], N_, F_);
-    linear_backward(4 * l + 2, dln_, g.slice(o.gate_up_w, 2 * F * C), Tensor{}, dgu_, ln2_[l],
+    // Delayed FP8 scaling knows dgu's scale before dgu exists: the SwiGLU backward casts
+    // it for the gate|up layer in the same pass, and the bf16 dgu is never written.
+    const bool fused_cast = fp8_delayed_ && fp8_rolls_ > 0;
+    if (fused_cast)
+      be_.swiglu_backward_fp8(dq_, dqt_, fp8_inv(2, 4 * l + 2), amax_.slice(size_t(L_) * 4 + size_t(4 * l + 2), 1),
+                              dsw_, gu_[l], N_, F_);
+    else
+      be_.swiglu_backward(dgu_, dsw_, gu_[l], N_, F_);
+    linear_backward(4 * l + 2, dln_, g.slice(o.gate_up_w, 2 * F * C), Tensor{}, fused_cast ? Tensor{} : dgu_, ln2_[l],
                     w.slice(o.gate_up_w, 2 * F * C), C_, 2 * F_);
     op.next("norm");
     be_.rmsnorm_backward(dresid_, g.slice(o.ln2, C), dln_, mid_[l], w.slice(o.ln2, C), rstd2_[l], N_, C_);

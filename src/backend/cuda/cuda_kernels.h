@@ -27,6 +27,12 @@ using bf16 = __nv_bfloat16;
 template <class T>
 void fp8_quantize(uint8_t* q, uint8_t* qt, float* inv_scale, const T* x, int rows, int cols, Fp8Format format,
                   unsigned* amax_scratch, unsigned* record, cudaStream_t stream);
+// Backend::swiglu_backward_fp8 in one kernel (a given scale: *inv_scale); false, with
+// nothing launched, where the shape or alignment does not allow it (F % 8, dout and gu
+// 16-byte aligned, q 8-byte aligned).
+template <class T>
+bool swiglu_backward_fp8(uint8_t* q, uint8_t* qt, const float* inv_scale, unsigned* record, const T* dout, const T* gu,
+                         int N, int F, Fp8Format format, cudaStream_t stream);
 // Backend::fp8_roll_scales (delayed scaling's once-a-step update).
 void fp8_roll_scales(float* inv_scale, int stride, float* amax, float* history, int n, int len, int pos,
                      Fp8Format format, cudaStream_t stream);

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/swiglu.cuh"
 
 namespace st::cuda {
 namespace {
@@ -172,7 +173,6 @@ __global__ void embedding_backward_sorted_kernel(float* dwte, const T* dout, con
 
 // ---- SwiGLU -------------------------------------------------------------------------
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // out (N, F) = silu(gate) * up, gu (N, 2F) = [gate | up] per row. Scalar path.
 template <class T>
@@ -205,12 +205,6 @@ __global__ void swiglu_forward_vec_kernel(T* out, const T* gu, int N, int F) {
   }
 }
 
-// dgu (N, 2F): d gate = dy * u * silu'(g), silu'(g) = s (1 + g (1 - s)); d up = dy * silu(g)
-__device__ __forceinline__ void swiglu_grads(float g, float u, float dy, float* dg, float* du) {
-  const float s = sigmoid(g);
-  *dg = dy * u * s * (1.0f + g * (1.0f - s));
-  *du = dy * g * s;
-}
 
 template <class T>
 __global__ void swiglu_backward_kernel(T* dgu, const T* dout, const T* gu, int N, int F) {

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/swiglu.cuh"
 #include "backend/fp8.h"
 
 namespace st::cuda {
@@ -157,6 +158,84 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// 8 elements of T from 16-byte-aligned memory, as floats.
+template <class T>
+__device__ __forceinline__ void load8(const T* __restrict__ p, float* f) {
+  uint4 pack[8 * sizeof(T) / 16];
+#pragma unroll
+  for (int i = 0; i < int(8 * sizeof(T) / 16); i++) pack[i] = reinterpret_cast<const uint4*>(p)[i];
+  const T* v = reinterpret_cast<const T*>(pack);
+#pragma unroll
+  for (int k = 0; k < 8; k++) f[k] = to_float(v[k]);
+}
+
+// The SwiGLU backward cast straight to FP8 with a given scale: a block takes kRows rows
+// x kCols / 2 columns of F and writes the kCols columns of dgu they give (d gate's and
+// d up's), row-major and/or transposed (through the swizzled tile, as cast_kernel),
+// recording their amax. Each value is rounded to T first: the bits of swiglu_backward
+// followed by fp8_quantize. F % 8 == 0; dout, gu 16-byte and q 8-byte aligned.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    swiglu_backward_fp8_kernel(uint8_t* __restrict__ q, uint8_t* __restrict__ qt, const float* inv_scale,
+                               unsigned* record, const T* __restrict__ dout, const T* __restrict__ gu, int N, int F,
+                               __nv_fp8_interpretation_t fmt) {
+  __shared__ __align__(16) uint8_t tile[kRows][kCols];
+  constexpr int kHalf = kCols / 2, kPacks = kHalf / 8, kPer = kRows * kPacks / kThreads;
+  const float s = 1.0f / *inv_scale;
+  const int r0 = blockIdx.y * kRows, f0 = blockIdx.x * kHalf;
+  const size_t C2 = size_t(2) * F;
+  unsigned m = 0;
+  float g[kPer][8], u[kPer][8], dy[kPer][8];
+#pragma unroll
+  for (int p = 0; p < kPer; p++) {
+    const int i = threadIdx.x + p * kThreads, r = r0 + i / kPacks, f = f0 + (i % kPacks) * 8;
+    if (r >= N || f >= F) continue;
+    load8(gu + size_t(r) * C2 + f, g[p]);
+    load8(gu + size_t(r) * C2 + F + f, u[p]);
+    load8(dout + size_t(r) * F + f, dy[p]);
+  }
+#pragma unroll
+  for (int p = 0; p < kPer; p++) {
+    const int i = threadIdx.x + p * kThreads, lr = i / kPacks, lf = (i % kPacks) * 8, r = r0 + lr, f = f0 + lf;
+    if (r >= N || f >= F) continue;
+    __align__(8) uint8_t bg[8], bu[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      float dg, du;
+      swiglu_grads(g[p][k], u[p][k], dy[p][k], &dg, &du);
+      dg = to_float(from_float<T>(dg)), du = to_float(from_float<T>(du));
+      m = max(m, max(abs_bits(dg), abs_bits(du)));
+      bg[k] = cast(dg * s, fmt), bu[k] = cast(du * s, fmt);
+    }
+    if (q) {
+      *reinterpret_cast<uint2*>(q + size_t(r) * C2 + f) = *reinterpret_cast<const uint2*>(bg);
+      *reinterpret_cast<uint2*>(q + size_t(r) * C2 + F + f) = *reinterpret_cast<const uint2*>(bu);
+    }
+    if (qt) {
+      *reinterpret_cast<uint2*>(&tile[lr][tile_col(lr, lf)]) = *reinterpret_cast<const uint2*>(bg);
+      *reinterpret_cast<uint2*>(&tile[lr][tile_col(lr, kHalf + lf)]) = *reinterpret_cast<const uint2*>(bu);
+    }
+  }
+  if (record) block_amax(record, m);
+  if (!qt) return;
+  __syncthreads();
+  // qt row c (c < F: d gate's column c; F + c: d up's) holds kRows bytes of this tile.
+  for (int i = threadIdx.x; i < kCols * (kRows / 16); i += kThreads) {
+    const int lc = i / (kRows / 16), lr = (i % (kRows / 16)) * 16, r = r0 + lr;
+    const int f = f0 + lc % kHalf;
+    if (f >= F || r >= N) continue;
+    const size_t at = (size_t(lc < kHalf ? 0 : F) + f) * N + r;
+    if (r + 16 <= N && N % 16 == 0 && reinterpret_cast<uintptr_t>(qt) % 16 == 0) {
+      __align__(16) uint8_t v[16];
+#pragma unroll
+      for (int k = 0; k < 16; k++) v[k] = tile[lr + k][tile_col(lr, lc)];
+      *reinterpret_cast<uint4*>(qt + at) = *reinterpret_cast<const uint4*>(v);
+    } else {
+      for (int k = 0; k < 16 && r + k < N; k++) qt[at + k] = tile[lr + k][tile_col(lr, lc)];
+    }
+  }
+}
+
 // Delayed scaling's step: one thread per tensor.
 __global__ void roll_kernel(float* inv_scale, int stride, unsigned* amax_bits, unsigned* history, int n, int len,
                             int pos, float max_finite) {
@@ -197,6 +276,19 @@ void fp8_quantize(uint8_t* q, uint8_t* qt, float* inv_scale, const T* x, int row
   ST_CUDA_LAUNCHED("fp8 cast_kernel");
 }
 
+template <class T>
+bool swiglu_backward_fp8(uint8_t* q, uint8_t* qt, const float* inv_scale, unsigned* record, const T* dout, const T* gu,
+                         int N, int F, Fp8Format format, cudaStream_t stream) {
+  const auto al = [](const void* p, int b) { return reinterpret_cast<uintptr_t>(p) % b == 0; };
+  if (F % 8 != 0 || !al(dout, 16) || !al(gu, 16) || !al(q, 8)) return false;
+  const dim3 grid((F + kCols / 2 - 1) / (kCols / 2), (N + kRows - 1) / kRows);
+  if (grid.y > 65535) return false;
+  swiglu_backward_fp8_kernel<T><<<grid, kThreads, 0, stream>>>(q, qt, inv_scale, record, dout, gu, N, F,
+                                                               format == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+  ST_CUDA_LAUNCHED("swiglu_backward_fp8_kernel");
+  return true;
+}
+
 void fp8_roll_scales(float* inv_scale, int stride, float* amax, float* history, int n, int len, int pos,
                      Fp8Format format, cudaStream_t stream) {
   roll_kernel<<<(n + 127) / 128, 128, 0, stream>>>(inv_scale, stride, reinterpret_cast<unsigned*>(amax),
@@ -207,6 +299,10 @@ void fp8_roll_scales(float* inv_scale, int stride, float* amax, float* history, 
 
 template void fp8_quantize<float>(uint8_t*, uint8_t*, float*, const float*, int, int, Fp8Format, unsigned*,
                                   unsigned*, cudaStream_t);
+template bool swiglu_backward_fp8<float>(uint8_t*, uint8_t*, const float*, unsigned*, const float*, const float*,
+                                         int, int, Fp8Format, cudaStream_t);
+template bool swiglu_backward_fp8<bf16>(uint8_t*, uint8_t*, const float*, unsigned*, const bf16*, const bf16*, int,
+                                        int, Fp8Format, cudaStream_t);
 template void fp8_quantize<bf16>(uint8_t*, uint8_t*, float*, const bf16*, int, int, Fp8Format, unsigned*,
                                  unsigned*, cudaStream_t);
 

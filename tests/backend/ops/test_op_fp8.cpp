@@ -184,6 +184,28 @@ TEST_F(CpuFp8, DelayedScalingRecordsTheAmaxAndRollsTheHistory) {
   expect_error([&] { be->fp8_roll_scales(sc, stride, am, hist, n, len, len, Fp8Format::E5M2); }, {"pos 4"});
 }
 
+// On the CPU the fused op is the composition: swiglu_backward, then fp8_quantize with
+// the given scale, recording the amax; bad calls are refused.
+TEST_F(CpuFp8, SwigluBackwardCastIsTheComposition) {
+  const int N = 6, F = 8;
+  const size_t n = size_t(N) * 2 * F;
+  Tensor gu = make(DType::F32, n), dy = make(DType::F32, size_t(N) * F), dgu = make(DType::F32, n);
+  be->copy(gu, rand(n, -3, 3));
+  be->copy(dy, rand(size_t(N) * F, -2, 2));
+  be->swiglu_backward(dgu, dy, gu, N, F);
+  Tensor q = make(DType::F8E5M2, n), qt = make(DType::F8E5M2, n), q2 = make(DType::F8E5M2, n),
+         qt2 = make(DType::F8E5M2, n), inv = make(DType::F32, 1), a = make(DType::F32, 1), a2 = make(DType::F32, 1);
+  inv.as<float>()[0] = 0.125f;
+  be->fp8_quantize(q, qt, inv, dgu, N, 2 * F, true, a);
+  be->swiglu_backward_fp8(q2, qt2, inv, a2, dy, gu, N, F);
+  EXPECT_EQ(std::memcmp(q.as<uint8_t>(), q2.as<uint8_t>(), n), 0);
+  EXPECT_EQ(std::memcmp(qt.as<uint8_t>(), qt2.as<uint8_t>(), n), 0);
+  EXPECT_EQ(get(a)[0], get(a2)[0]);
+  EXPECT_GT(get(a2)[0], 0.0);
+  expect_error([&] { be->swiglu_backward_fp8(Tensor{}, Tensor{}, inv, a, dy, gu, N, F); }, {"both empty"});
+  expect_error([&] { be->swiglu_backward_fp8(dgu, Tensor{}, inv, a, dy, gu, N, F); }, {"expected f8e4m3 or f8e5m2"});
+}
+
 TEST_F(CpuFp8, MatmulIsTheDequantizedProductScaled) {
   const int M = 16, K = 32, N = 48;
   Tensor xa = make(DType::F32, size_t(M) * K), xb = make(DType::F32, size_t(N) * K);
@@ -308,6 +330,39 @@ TEST_F(CudaFp8, DelayedCastAndRollMatchTheEmulation) {
     EXPECT_EQ(a[i], 0.0) << "amax " << i;
   }
   for (size_t i = 0; i < h.size(); i++) EXPECT_EQ(h[i], ch.as<float>()[i]) << "history " << i;
+}
+
+// The SwiGLU backward cast straight to FP8 (delayed scaling's gate|up gradient): the
+// same bytes, transpose and amax as the CPU's swiglu_backward followed by its
+// fp8_quantize, in whole and partial tiles, q and qt alone, and a shape the fused
+// kernel leaves to the composition (F % 8 != 0).
+TEST_F(CudaFp8, SwigluBackwardCastMatchesTheEmulation) {
+  for (DType dt : kBoth)
+    for (auto [N, F] : {std::pair{256, 64}, std::pair{200, 40}, std::pair{48, 96}, std::pair{32, 12}}) {
+      const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(N) + " F=" + std::to_string(F);
+      Vec gu = randv_as(dt, size_t(N) * 2 * F, -3, 3), dy = randv_as(dt, size_t(N) * F, -2, 2);
+      const size_t n = size_t(N) * 2 * F;
+      // The CPU reference in the GPU's activation dtype: bf16 rounding of dgu included.
+      Tensor cq = make(*cpu, DType::F8E5M2, n), cqt = make(*cpu, DType::F8E5M2, n), ci = make(*cpu, DType::F32, 1),
+             ca = make(*cpu, DType::F32, 1);
+      ci.as<float>()[0] = 1.0f / 64;
+      Tensor gx = gpu_from_at(gu, dt, 0), gd = gpu_from_at(dy, dt, 0);
+      Tensor gdgu = make(gpu(), dt, n);
+      gpu().swiglu_backward(gdgu, gd, gx, N, F);
+      cpu->fp8_quantize(cq, cqt, ci, cpu_from(get(gdgu)), N, 2 * F, true, ca);
+      Tensor gq = make(gpu(), DType::F8E5M2, n), gqt = make(gpu(), DType::F8E5M2, n);
+      Tensor gi = gpu_from_at(Vec{1.0 / 64}, DType::F32, 0), ga = gpu_from_at(Vec{0.0}, DType::F32, 0);
+      gpu().swiglu_backward_fp8(gq, gqt, gi, ga, gd, gx, N, F);
+      EXPECT_EQ(std::memcmp(raw(gq).data(), cq.as<uint8_t>(), n), 0) << what << " q";
+      EXPECT_EQ(std::memcmp(raw(gqt).data(), cqt.as<uint8_t>(), n), 0) << what << " qt";
+      EXPECT_EQ(get(ga)[0], cget(ca)[0]) << what << " amax";
+      EXPECT_GT(get(ga)[0], 0.0) << what;
+      Tensor gq2 = make(gpu(), DType::F8E5M2, n), gqt2 = make(gpu(), DType::F8E5M2, n);
+      gpu().swiglu_backward_fp8(gq2, Tensor{}, gi, Tensor{}, gd, gx, N, F);
+      gpu().swiglu_backward_fp8(Tensor{}, gqt2, gi, Tensor{}, gd, gx, N, F);
+      EXPECT_EQ(raw(gq2), raw(gq)) << what << " q alone";
+      EXPECT_EQ(raw(gqt2), raw(gqt)) << what << " qt alone";
+    }
 }
 
 TEST_F(CudaFp8, MatmulMatchesTheEmulation) {
