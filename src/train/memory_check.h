@@ -31,9 +31,10 @@ ShardElementBytes shard_element_bytes(const RunConfig& cfg, DType compute);
 // dP in bf16 (2 bytes x B x heads x T x T: it grows with the square of the sequence)
 // and dQ's fp32 accumulator (4 bytes x B x T x heads x head_dim), and the backward's
 // fp32 softmax row sums (B x heads x T) come beside it. Fitted to cuDNN 9 on an H100
-// and an H200 (0.5B and 1.5B, T 1024-4096): equal to the measured workspace to 0.1 MiB
-// at T 2048, within the 0.01 GiB the trainer prints elsewhere. The planner, the
-// trainer's estimate and the check before allocating count it on a GPU.
+// and an H200 (0.5B to 14B, T 1024-4096): equal to the workspace measured at nine
+// shapes, to 0.01 MiB at six and to the 0.01 GiB printed at three (the four in
+// tests/train/test_memory_plan.cpp are among them). The
+// planner, the trainer's estimate and the check before allocating count it on a GPU.
 uint64_t attention_workspace_bytes(const ModelConfig& m, int64_t B, int64_t T);
 
 // A lower bound of one rank's memory at its peak, in bytes. Padding, the gathered

@@ -15,6 +15,7 @@
 #include "support/shell.h"
 #include "support/temp_dir.h"
 #include "support/tiny_run.h"
+#include "train/memory_check.h"
 #include "train/memory_plan.h"
 #include "train/trainer.h"
 
@@ -111,6 +112,27 @@ TEST(MemoryPlan, StateDtypesAndOffloadMoveTheBytes) {
   big.optim.state_dtype = big.optim.master_dtype = "bf16";
   big.train.offload = "optimizer";
   EXPECT_GE(largest_fitting_micro_batch(big, Device::CUDA, 1, true, kCudaPlannedWorkspaceBytes, h200), 4);
+}
+
+// cuDNN attention's workspace on a GPU, against what cuDNN 9 took on an H100 at four
+// shapes (docs/performance.md, 2026-12-05 evening: the step-1 line's measured workspace
+// less cuBLASLt's 32 MiB): it grows with T², and the plan counts it on a GPU only.
+TEST(MemoryPlan, CountsCudnnAttentionsWorkspaceAsMeasured) {
+  struct Case {
+    const char* model;
+    int T, B;
+    double mib;
+  };
+  for (const Case& k : {Case{"qwen2.5-0.5b", 2048, 4, 476.44}, Case{"qwen2.5-1.5b", 1024, 8, 240.38},
+                        Case{"qwen2.5-1.5b", 4096, 2, 816.38}, Case{"qwen2.5-0.5b", 4096, 2, 924.44}}) {
+    const ModelConfig m = model_preset(k.model);
+    const double mib = double(attention_workspace_bytes(m, k.B, k.T)) / (1 << 20);
+    EXPECT_NEAR(mib, k.mib, 0.005) << k.model << " T=" << k.T << " B=" << k.B;
+  }
+  RunConfig cfg = tiny_run(1);
+  EXPECT_EQ(plan_rank_memory(cfg, Device::CPU, 1, true, 0).attention, 0u);
+  const MemoryPlan gpu = plan_rank_memory(cfg, Device::CUDA, 1, true, 0);
+  EXPECT_EQ(gpu.attention, attention_workspace_bytes(cfg.model, cfg.train.micro_batch, cfg.train.seq_len));
 }
 
 TEST(MemoryPlan, LargestFittingMicroBatch) {
