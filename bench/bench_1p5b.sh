@@ -11,7 +11,8 @@
 #   bench/bench_1p5b.sh [SHARDTRAIN_BINARY] [OUT_DIR]
 # Environment: SEQ (2048), MBS (micro-batches to try, "8 16"), RECOMPUTE (choices
 # to try, "none"; e.g. "none norm swiglu"), MATMUL (train.matmul_dtype values to
-# try, "bf16"; "bf16 fp8" compares them; "fp8-delayed" is fp8 with train.fp8_scaling=delayed), MODEL (presets, "qwen2.5-1.5b"; e.g.
+# try, "bf16"; "bf16 fp8" compares them; "fp8-delayed" is fp8 with train.fp8_scaling=delayed;
+# "fp8-delayed@qkv,o,gate_up,down" sets train.fp8_layers), MODEL (presets, "qwen2.5-1.5b"; e.g.
 # "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-3b"; the anchor runs for 1.5B only), STEPS (20:
 # 5 warm-up + 15 timed, as the anchor), TORCH_MBS (8: the anchor's best), TORCH (1;
 # 0 skips the anchor). Every run samples the GPU's power draw and SM clock
@@ -51,9 +52,11 @@ for model in $MODEL; do
   for mm in $MATMUL; do
     for rc in $RECOMPUTE; do
       for mb in $MBS; do
-        name="ours_${model}_${mm}_${rc}_mb$mb"
-        mm_args=(--train.matmul_dtype="$mm")
-        [ "$mm" = fp8-delayed ] && mm_args=(--train.matmul_dtype=fp8 --train.fp8_scaling=delayed)
+        name="ours_${model}_$(echo "$mm" | tr ',@' '+-')_${rc}_mb$mb"
+        kind=${mm%%@*}
+        mm_args=(--train.matmul_dtype="$kind")
+        [ "$kind" = fp8-delayed ] && mm_args=(--train.matmul_dtype=fp8 --train.fp8_scaling=delayed)
+        [ "$kind" != "$mm" ] && mm_args+=(--train.fp8_layers="${mm#*@}")
         echo "== shardtrain $model matmul $mm, recompute $rc, micro-batch $mb"
         sample_power > "$OUT/$name.power.csv" 2>/dev/null &
         sampler=$!

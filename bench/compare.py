@@ -39,7 +39,7 @@ def ours(run_dir, warmup):
     tps = per_step * len(timed) / seconds / summary["world"]
     tflops = tps * summary["flops_per_token"] / 1e12
     cfg = open(os.path.join(run_dir, "config.toml")).read()
-    rc, mm, model, scaling = "none", "bf16", "?", "current"
+    rc, mm, model, scaling, layers = "none", "bf16", "?", "current", "gate_up,down"
     for line in cfg.splitlines():
         key = line.split("=", 1)[0].strip()
         val = line.split("=", 1)[1].strip().strip('"') if "=" in line else ""
@@ -49,10 +49,14 @@ def ours(run_dir, warmup):
             mm = val
         elif key == "fp8_scaling":
             scaling = val
+        elif key == "fp8_layers":  # a TOML list: ["gate_up", "down"]
+            layers = ",".join(x.strip().strip('"') for x in val.strip("[]").split(",") if x.strip())
         elif key == "preset":
             model = val
     if mm == "fp8" and scaling == "delayed":
         mm = "fp8-delayed"
+    if mm.startswith("fp8") and layers != "gate_up,down":  # not the default layers
+        mm += "@" + layers
     act = None
     log = run_dir + ".log"
     if os.path.exists(log):
@@ -108,11 +112,12 @@ def main():
             print(f"best micro-batch for {' '.join(key)}: {b['impl']} at {b['tokens_per_s_per_gpu']:.0f} tokens/s")
         # fp8 (current or delayed scaling) over bf16, per model, best of each.
         for model in dict.fromkeys(r["model"] for r in rows):
+            kinds = list(dict.fromkeys(r["matmul"] for r in rows if r["model"] == model))
             best = {mm: max((r for r in rows if r["model"] == model and r["matmul"] == mm),
                             key=lambda r: r["tokens_per_s_per_gpu"], default=None)
-                    for mm in ("bf16", "fp8", "fp8-delayed")}
-            for mm in ("fp8", "fp8-delayed"):
-                if best["bf16"] and best[mm]:
+                    for mm in kinds}
+            for mm in kinds:
+                if mm != "bf16" and best.get("bf16") and best[mm]:
                     print(f"ratio {model} {mm} / bf16 (best of each): "
                           f"{best[mm]['tokens_per_s_per_gpu'] / best['bf16']['tokens_per_s_per_gpu']:.3f}x")
     if rows and anchors:

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Compares two runs' loss curves step by step (metrics.jsonl): the relative
 difference |b - a| / a at every logged step after --skip, the worst of them, and
-whether all are within --tol. Exit 0 within, 1 outside, 2 on unreadable input."""
+whether all are within --tol; then the signed gap (b - a) / a: its mean over the steps
+(a bias: b runs above or below a) and its mean in each window of --window steps.
+Exit 0 within, 1 outside, 2 on unreadable input.
+
+Two runs of the same precision differ too once their rounding differs (another
+micro-batch split, say): compare that pair the same way for the noise floor."""
 import argparse, json, os, sys
 
 
@@ -20,6 +25,7 @@ def main():
     ap.add_argument("b", help="the run compared with it (fp8)")
     ap.add_argument("--skip", type=int, default=50)
     ap.add_argument("--tol", type=float, default=0.01)
+    ap.add_argument("--window", type=int, default=50)
     args = ap.parse_args()
     try:
         a, b = losses(args.a), losses(args.b)
@@ -38,6 +44,14 @@ def main():
             print(f"step {s:4d}  a {a[s]:.4f}  b {b[s]:.4f}  |b-a|/a {100 * rel[s]:.2f}%")
     print(f"{len(steps)} steps after {args.skip}: mean |b-a|/a {100 * mean:.3f}%, worst {100 * rel[worst]:.3f}% "
           f"at step {worst}; final a {a[steps[-1]]:.4f} b {b[steps[-1]]:.4f}")
+    signed = {s: (b[s] - a[s]) / abs(a[s]) for s in steps}
+    windows = []
+    for lo in range(steps[0] - 1, steps[-1], args.window):
+        w = [signed[s] for s in steps if lo < s <= lo + args.window]
+        if w:
+            windows.append(f"{100 * sum(w) / len(w):+.2f}")
+    print(f"signed gap (b-a)/a: mean {100 * sum(signed.values()) / len(signed):+.3f}%; by {args.window}-step "
+          f"window: {' '.join(windows)} (%)")
     ok = rel[worst] <= args.tol
     print(f"within {100 * args.tol:.1f}% at every step after {args.skip}: {'yes' if ok else 'NO'}")
     return 0 if ok else 1

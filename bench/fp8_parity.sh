@@ -10,7 +10,11 @@
 # MODEL (qwen2.5-0.5b), STEPS (400), MB (micro-batch, 8), SEQ (2048), LR (3e-4),
 # WARMUP (20), SKIP (50: steps the comparison leaves out), TOL (0.01), MATMULS ("bf16
 # fp8": bf16 first, each other one compared with it; "fp8-delayed" is fp8 with
-# train.fp8_scaling=delayed).
+# train.fp8_scaling=delayed), VARIANTS (more runs, each compared with bf16: "label
+# --key=value ... / label --key=value ...", the options after the common ones, e.g.
+# "mlp --train.matmul_dtype=fp8 --train.fp8_layers=gate_up,down / bf16-accum2
+# --train.micro_batch=4 --train.grad_accum=2"; a bf16 run at another micro-batch split is
+# the noise floor: the same math, other rounding).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build/shardtrain}
@@ -27,22 +31,39 @@ TOL=${TOL:-0.01}
 export NCCL_NVLS_ENABLE=0
 mkdir -p "$OUT"
 MATMULS=${MATMULS:-"bf16 fp8"}
-for mm in $MATMULS; do
-  echo "== $MODEL, matmul $mm, $STEPS steps"
-  mm_args=(--train.matmul_dtype="$mm")
-  [ "$mm" = fp8-delayed ] && mm_args=(--train.matmul_dtype=fp8 --train.fp8_scaling=delayed)
+VARIANTS=${VARIANTS:-}
+run_one() {  # label, then the options that make it
+  local name=$1
+  shift
+  echo "== $MODEL, $name, $STEPS steps"
   "$BIN" train --config configs/qwen2.5-1.5b.toml --model.preset="$MODEL" --data.source=tokens \
     --data.paths="$DATA" --train.seq_len="$SEQ" --train.micro_batch="$MB" --train.steps="$STEPS" \
-    "${mm_args[@]}" --train.log_every=1 --optim.lr="$LR" --optim.warmup_steps="$WARMUP" \
-    --run.progress=off --run.out_dir="$OUT/parity_$mm" > "$OUT/parity_$mm.log" 2>&1
-  echo "exit $?" >> "$OUT/parity_$mm.log"
-  grep -E "^done:|^exit|error" "$OUT/parity_$mm.log"
+    --train.log_every=1 --optim.lr="$LR" --optim.warmup_steps="$WARMUP" "$@" \
+    --run.progress=off --run.out_dir="$OUT/parity_$name" > "$OUT/parity_$name.log" 2>&1
+  echo "exit $?" >> "$OUT/parity_$name.log"
+  grep -E "^matmuls:|^done:|^exit|error" "$OUT/parity_$name.log"
+}
+names=()
+for mm in $MATMULS; do
+  mm_args=(--train.matmul_dtype="$mm")
+  [ "$mm" = fp8-delayed ] && mm_args=(--train.matmul_dtype=fp8 --train.fp8_scaling=delayed)
+  run_one "$mm" "${mm_args[@]}"
+  names+=("$mm")
 done
+if [ -n "$VARIANTS" ]; then
+  IFS='/' read -ra variants <<< "$VARIANTS"
+  for v in "${variants[@]}"; do
+    read -ra words <<< "$v"
+    [ ${#words[@]} -eq 0 ] && continue
+    run_one "${words[@]}"
+    names+=("${words[0]}")
+  done
+fi
 runs=() labels=()
-for mm in $MATMULS; do runs+=("$OUT/parity_$mm"); labels+=(--label "$mm"); done
+for mm in "${names[@]}"; do runs+=("$OUT/parity_$mm"); labels+=(--label "$mm"); done
 "$BIN" report "${runs[@]}" "${labels[@]}" \
   --title "$MODEL: fp8 against bf16 matmuls, $STEPS steps" --out "$OUT/parity.html"
-for mm in $MATMULS; do
+for mm in "${names[@]}"; do
   [ "$mm" = bf16 ] && continue
   echo "== $mm against bf16"
   python3 bench/fp8_parity.py "$OUT/parity_bf16" "$OUT/parity_$mm" --skip "$SKIP" --tol "$TOL" | tee "$OUT/parity_$mm.txt"

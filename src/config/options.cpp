@@ -23,6 +23,12 @@ const std::vector<std::string>& fp8_scalings() {
   return v;
 }
 
+// The order is Qwen2Model's linear slots (model/qwen2.h): bit i of its FP8 mask.
+const std::vector<std::string>& fp8_layer_kinds() {
+  static const std::vector<std::string> v = {"qkv", "o", "gate_up", "down"};
+  return v;
+}
+
 const std::vector<std::string>& offload_choices() {
   static const std::vector<std::string> v = {"none", "optimizer", "optimizer+master"};
   return v;

@@ -48,10 +48,10 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "(all but each layer's input)",
        {}, recompute_choices()},
       {"train.matmul_dtype", &c.train.matmul_dtype,
-       "precision of the transformer blocks' linear layers (QKV, O, gate|up, down): bf16 (the compute dtype; f32 "
-       "on the CPU) or fp8 (e4m3 weights and activations, e5m2 gradients, per-tensor scales, fp32 accumulation; "
-       "sm_89/sm_90 GPUs, emulated exactly on the CPU). Master weights, optimizer state, attention and the lm_head "
-       "are unchanged, so checkpoints are the same and a run may switch on resume",
+       "precision of the transformer blocks' linear layers: bf16 (the compute dtype; f32 on the CPU) or fp8 (those "
+       "train.fp8_layers names: e4m3 weights and activations, e5m2 gradients, per-tensor scales, fp32 "
+       "accumulation; sm_89/sm_90 GPUs, emulated exactly on the CPU). Master weights, optimizer state, attention "
+       "and the lm_head are unchanged, so checkpoints are the same and a run may switch on resume",
        {}, matmul_dtypes()},
       {"train.fp8_scaling", &c.train.fp8_scaling,
        "how train.matmul_dtype=fp8 scales activations and gradients: current (each cast reads the tensor twice: "
@@ -60,6 +60,16 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "Weights always use their current amax. Delayed moves fewer bytes; values above the history's range "
        "saturate to the format's largest",
        {}, fp8_scalings()},
+      {"train.fp8_layers", &c.train.fp8_layers,
+       "with train.matmul_dtype=fp8: which of each block's linear layers compute in FP8 (the others, and the "
+       "lm_head, in bf16): any of qkv, o, gate_up, down (comma-separated on the command line). The default, the "
+       "MLP's two, keeps the attention projections (about an eighth of the blocks' matmul FLOPs) in bf16: with them "
+       "in FP8 the loss ran 0.9% above bf16's, without them as close as a second bf16 run (docs/performance.md)",
+       {}, fp8_layer_kinds()},
+      {"train.fp8_bf16_end_blocks", &c.train.fp8_bf16_end_blocks,
+       "with train.matmul_dtype=fp8: this many blocks at each end of the stack (the first N and the last N) keep "
+       "all their linear layers in bf16",
+       at_least(0)},
       {"train.offload", &c.train.offload,
        "optimizer state kept in page-locked host memory instead of the GPU's, each unit's streamed through the "
        "GPU for its update: none, optimizer (AdamW's m and v), optimizer+master (and the master weights; the GPU "

@@ -145,6 +145,7 @@ std::string Schema::expected(const Key& k) {
   if (!k.choices.empty()) {
     std::vector<std::string> shown;
     for (const std::string& c : k.choices) shown.push_back(c.empty() ? "\"\"" : c);
+    if (std::holds_alternative<std::vector<std::string>*>(k.field)) return "a list of " + join(shown, ", ");
     return "one of " + join(shown, ", ");
   }
   static const char* const names[] = {"an integer",  "a non-negative integer", "a number",          "a string",
@@ -154,7 +155,9 @@ std::string Schema::expected(const Key& k) {
 }
 
 std::string Schema::type_label(const Key& k) {
-  if (!k.choices.empty()) return join(k.choices, "|");
+  if (!k.choices.empty())
+    return std::holds_alternative<std::vector<std::string>*>(k.field) ? "LIST of " + join(k.choices, "|")
+                                                                      : join(k.choices, "|");
   static const char* const names[] = {"INT", "UINT", "FLOAT", "TEXT", "LIST", "true|false", "TABLE", "TABLE"};
   return names[k.field.index()];
 }
@@ -341,6 +344,17 @@ void Schema::check() const {
       if (!k.range->contains(v)) fail_key(k.name, " must be ", k.range->describe(), ", got ", value_text(k, false));
     }
     if (!k.choices.empty()) {
+      // A list's choices are its elements' (each at most once).
+      if (const auto* list = std::get_if<std::vector<std::string>*>(&k.field)) {
+        for (size_t i = 0; i < (*list)->size(); ++i) {
+          const std::string& v = (**list)[i];
+          if (std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end())
+            fail_key(k.name, " must be ", expected(k), ", got '", v, "'");
+          if (std::find((*list)->begin(), (*list)->begin() + i, v) != (*list)->begin() + i)
+            fail_key(k.name, " names '", v, "' twice");
+        }
+        continue;
+      }
       const std::string v = value_text(k, false);
       if (std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end())
         fail_key(k.name, " must be ", expected(k), ", got '", v, "'");

@@ -19,6 +19,21 @@ Recompute parse_recompute(const std::string& name) {
   fail("train.recompute: unknown choice '", name, "' (one of ", all, ")");
 }
 
+Fp8Options Fp8Options::from(const TrainOptions& t) {
+  Fp8Options o;
+  o.on = t.matmul_dtype == "fp8";
+  o.delayed = t.fp8_scaling == "delayed";
+  o.kinds = 0;
+  const auto& kinds = fp8_layer_kinds();
+  for (const std::string& k : t.fp8_layers) {
+    const auto it = std::find(kinds.begin(), kinds.end(), k);
+    ST_CHECK(it != kinds.end(), "train.fp8_layers: unknown layer '", k, "'");
+    o.kinds |= 1u << (it - kinds.begin());
+  }
+  o.bf16_end_blocks = t.fp8_bf16_end_blocks;
+  return o;
+}
+
 namespace {
 
 // Which activations a recompute choice leaves out (recomputed in backward): the
@@ -38,9 +53,10 @@ Dropped dropped_by(Recompute r) {
 }  // namespace
 
 Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk,
-                       Recompute recompute, bool fp8, bool fp8_delayed)
+                       Recompute recompute, Fp8Options fp8)
     : layout_(layout), be_(backend), dt_(dtype), st_(dtype == DType::F64 ? DType::F64 : DType::F32), B_(B), T_(T),
-      recompute_(recompute), fp8_(fp8), fp8_delayed_(fp8 && fp8_delayed) {
+      recompute_(recompute), fp8_(fp8.on), fp8_delayed_(fp8.on && fp8.delayed), fp8_kinds_(fp8.kinds & 0xFu),
+      fp8_end_blocks_(std::max(fp8.bf16_end_blocks, 0)) {
   const ModelConfig& c = layout.config();
   ST_CHECK(B >= 1 && T >= 1, "micro-batch shape must be positive, got B=", B, " T=", T);
   N_ = B * T;
@@ -143,13 +159,17 @@ void Qwen2Model::begin_step() {
   fp8_begun_ = true;
 }
 
+bool Qwen2Model::fp8_at(int slot) const {
+  const int l = slot / 4;
+  return fp8_ && (fp8_kinds_ >> (slot % 4) & 1u) && l >= fp8_end_blocks_ && l < L_ - fp8_end_blocks_;
+}
+
 void Qwen2Model::linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor b, int IC, int OC) {
-  if (!fp8_) return be_.matmul_forward(out, x, w, b, N_, IC, OC);
+  if (!fp8_at(slot)) return be_.matmul_forward(out, x, w, b, N_, IC, OC);
   Tensor x_inv = fp8_inv(0, slot), w_inv = fp8_inv(1, slot);
   // Delayed: the step's scale, this cast's amax recorded for the next steps.
-  const bool given = fp8_delayed_ && fp8_rolls_ > 0;
-  be_.fp8_quantize(xq_, Tensor{}, x_inv, x, N_, IC, given,
-                   fp8_delayed_ && recording_ ? amax_.slice(size_t(slot), 1) : Tensor{});
+  be_.fp8_quantize(xq_, Tensor{}, x_inv, x, N_, IC, fp8_given(),
+                   fp8_delayed_ && recording_ ? fp8_amax(0, slot) : Tensor{});
   be_.fp8_quantize(wq_, Tensor{}, w_inv, w, OC, IC);
   be_.matmul_fp8(out, xq_, x_inv, wq_, w_inv, b, N_, IC, OC, false);
 }
@@ -161,12 +181,11 @@ void Qwen2Model::linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor
 // With dout empty, dq_ and dqt_ already hold it (swiglu_backward_fp8).
 void Qwen2Model::linear_backward(int slot, Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC,
                                  int OC) {
-  if (!fp8_) return be_.matmul_backward(dx, dw, db, dout, x, w, N_, IC, OC);
+  if (!fp8_at(slot)) return be_.matmul_backward(dx, dw, db, dout, x, w, N_, IC, OC);
   Tensor x_inv = fp8_inv(0, slot), w_inv = fp8_inv(1, slot), d_inv = fp8_inv(2, slot);
-  const bool given = fp8_delayed_ && fp8_rolls_ > 0;
   if (!dout.empty())
-    be_.fp8_quantize(dq_, dw.empty() ? Tensor{} : dqt_, d_inv, dout, N_, OC, given,
-                     fp8_delayed_ ? amax_.slice(size_t(L_) * 4 + size_t(slot), 1) : Tensor{});
+    be_.fp8_quantize(dq_, dw.empty() ? Tensor{} : dqt_, d_inv, dout, N_, OC, fp8_given(),
+                     fp8_delayed_ ? fp8_amax(1, slot) : Tensor{});
   if (!dx.empty()) {
     be_.fp8_quantize(Tensor{}, wq_, w_inv, w, OC, IC, true);
     be_.matmul_fp8(dx, dq_, d_inv, wq_, w_inv, Tensor{}, N_, OC, IC, false);
@@ -342,10 +361,9 @@ void Qwen2Model::backward_blocks(ParamProvider& params) {
                     F_, C_);
     // Delayed FP8 scaling knows dgu's scale before dgu exists: the SwiGLU backward casts
     // it for the gate|up layer in the same pass, and the bf16 dgu is never written.
-    const bool fused_cast = fp8_delayed_ && fp8_rolls_ > 0;
+    const bool fused_cast = fp8_given() && fp8_at(4 * l + 2);
     if (fused_cast)
-      be_.swiglu_backward_fp8(dq_, dqt_, fp8_inv(2, 4 * l + 2), amax_.slice(size_t(L_) * 4 + size_t(4 * l + 2), 1),
-                              dsw_, gu_[l], N_, F_);
+      be_.swiglu_backward_fp8(dq_, dqt_, fp8_inv(2, 4 * l + 2), fp8_amax(1, 4 * l + 2), dsw_, gu_[l], N_, F_);
     else
       be_.swiglu_backward(dgu_, dsw_, gu_[l], N_, F_);
     linear_backward(4 * l + 2, dln_, g.slice(o.gate_up_w, 2 * F * C), Tensor{}, fused_cast ? Tensor{} : dgu_, ln2_[l],

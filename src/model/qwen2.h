@@ -31,20 +31,33 @@ enum class Recompute { None, Norm, Swiglu, Ffn, Attn, Block };
 // The names of Recompute, in order: recompute_choices() (config/options.h).
 Recompute parse_recompute(const std::string& name);   // an error naming the choices
 
+// Which of the blocks' linear layers compute in FP8 (Qwen2Model's fp8 argument).
+struct Fp8Options {
+  bool on = false;       // train.matmul_dtype = "fp8"
+  bool delayed = false;  // train.fp8_scaling = "delayed"
+  // Bit k: the layer kind of slot k in every block (0 qkv, 1 o, 2 gate|up, 3 down;
+  // train.fp8_layers, in fp8_layer_kinds()'s order).
+  unsigned kinds = 0xF;
+  int bf16_end_blocks = 0;  // the first and the last this many blocks stay in bf16
+  // From the run's [train] keys (matmul_dtype, fp8_scaling, fp8_layers, fp8_bf16_end_blocks).
+  static Fp8Options from(const TrainOptions& t);
+};
+
 class Qwen2Model {
  public:
   // dtype: activation dtype (F32 or F64 on the CPU; BF16 on CUDA).
   // head_chunk: rows of logits materialised at a time by the lm_head + loss.
-  // fp8: the blocks' linear layers (QKV, O, gate|up, down) compute in FP8
-  // (train.matmul_dtype = "fp8"; e4m3 weights and activations, e5m2 gradients,
-  // per-tensor scales, fp32 accumulation); the lm_head and attention stay in `dtype`.
-  // Needs the hidden, q/kv, FFN and token (B*T) dimensions to be multiples of 16.
-  // fp8_delayed (train.fp8_scaling = "delayed"): activations and gradients are cast in
+  // fp8.on: the blocks' linear layers (QKV, O, gate|up, down; those fp8.kinds and
+  // fp8.bf16_end_blocks leave) compute in FP8 (train.matmul_dtype = "fp8"; e4m3 weights
+  // and activations, e5m2 gradients, per-tensor scales, fp32 accumulation); the lm_head
+  // and attention stay in `dtype`. Needs the hidden, q/kv, FFN and token (B*T)
+  // dimensions to be multiples of 16.
+  // fp8.delayed (train.fp8_scaling = "delayed"): activations and gradients are cast in
   // one pass with the scale of the largest amax of their last kFp8History steps
   // (begin_step), recording this step's amax as they go; the first step, with no
   // history, scales from the current amax. Weights always use their current amax.
   Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk = 0,
-             Recompute recompute = Recompute::None, bool fp8 = false, bool fp8_delayed = false);
+             Recompute recompute = Recompute::None, Fp8Options fp8 = {});
   ~Qwen2Model();
   Qwen2Model(const Qwen2Model&) = delete;
   Qwen2Model& operator=(const Qwen2Model&) = delete;
@@ -91,6 +104,12 @@ class Qwen2Model {
   // dtype, or through fp8_quantize + matmul_fp8 when fp8_. slot = 4 * layer + (0 qkv,
   // 1 o, 2 gate|up, 3 down): where the forward keeps its input's and weight's scales.
   void linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor b, int IC, int OC);
+  // Whether the linear layer of this slot computes in FP8 (fp8_ and its kind and block
+  // chosen), and whether its delayed scales are given (a history exists).
+  bool fp8_at(int slot) const;
+  bool fp8_given() const { return fp8_delayed_ && fp8_rolls_ > 0; }
+  // The amax_ element of slot's input (region 0) or output gradient (region 1).
+  Tensor fp8_amax(int region, int slot) const { return amax_.slice(size_t(region) * L_ * 4 + size_t(slot), 1); }
   void linear_backward(int slot, Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC, int OC);
 
   const ParamLayout& layout_;
@@ -100,6 +119,8 @@ class Qwen2Model {
   float eps_, theta_;
   Recompute recompute_;
   bool fp8_ = false, fp8_delayed_ = false;
+  unsigned fp8_kinds_ = 0;
+  int fp8_end_blocks_ = 0;
   bool fp8_begun_ = false;  // begin_step has run: the next one rolls the history
   int fp8_rolls_ = 0;       // rolls so far: the scales are given once there is one
   bool recording_ = false;  // forward_backward, not forward: the casts record amax

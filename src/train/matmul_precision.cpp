@@ -1,6 +1,11 @@
 #include "train/matmul_precision.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "core/error.h"
+#include "core/strings.h"
 #include "model/qwen2.h"
 
 namespace st {
@@ -11,13 +16,38 @@ void check_matmul_dtype(const RunConfig& cfg, const Backend& backend) {
   ST_CHECK_CONFIG(why.empty(), "train.matmul_dtype=fp8: ", why, "; use train.matmul_dtype=bf16 on this device");
   const std::string shape = Qwen2Model::fp8_shape_problem(cfg.model, cfg.train.micro_batch, cfg.train.seq_len);
   ST_CHECK_CONFIG(shape.empty(), "train.matmul_dtype=fp8: ", shape);
+  ST_CHECK_CONFIG(!cfg.train.fp8_layers.empty(),
+                  "train.matmul_dtype=fp8 with an empty train.fp8_layers leaves no layer in FP8; name some of qkv, o, "
+                  "gate_up, down, or use train.matmul_dtype=bf16");
+  const int64_t ends = cfg.train.fp8_bf16_end_blocks;
+  ST_CHECK_CONFIG(2 * ends < cfg.model.num_layers, "train.fp8_bf16_end_blocks=", ends, " keeps the first ", ends,
+                  " and the last ", ends, " of the model's ", cfg.model.num_layers,
+                  " blocks in bf16: no block is left in FP8; use at most ", (cfg.model.num_layers - 1) / 2,
+                  ", or train.matmul_dtype=bf16");
+}
+
+std::string describe_fp8_layers(const RunConfig& cfg) {
+  const std::vector<std::string>& on = cfg.train.fp8_layers;
+  static const std::vector<std::pair<std::string, std::string>> names = {
+      {"qkv", "QKV"}, {"o", "O"}, {"gate_up", "gate|up"}, {"down", "down"}};
+  std::vector<std::string> fp8, bf16;
+  for (const auto& [key, name] : names)
+    (std::find(on.begin(), on.end(), key) != on.end() ? fp8 : bf16).push_back(name);
+  std::string s = join(fp8, ", ");
+  const int ends = cfg.train.fp8_bf16_end_blocks, L = cfg.model.num_layers;
+  auto span = [](int a, int b) { return a == b ? std::to_string(a) : std::to_string(a) + "-" + std::to_string(b); };
+  if (ends > 0)
+    s += " in blocks " + span(ends, L - 1 - ends) + " (blocks " + span(0, ends - 1) + " and " + span(L - ends, L - 1) +
+         " all in bf16)";
+  if (!bf16.empty()) s += "; " + join(bf16, ", ") + " in bf16";
+  return s;
 }
 
 std::string describe_matmul_dtype(const RunConfig& cfg, const Backend& backend) {
   const std::string native = backend.device() == Device::CPU ? "f32" : "bf16";
   if (cfg.train.matmul_dtype != "fp8") return "matmuls: all in " + native;
-  return std::string("matmuls: fp8 for the blocks' QKV, O, gate|up and down (e4m3 weights and activations, e5m2 "
-                     "gradients, per-tensor power-of-two scales" +
+  return std::string("matmuls: fp8 for the blocks' " + describe_fp8_layers(cfg) +
+                     " (e4m3 weights and activations, e5m2 gradients, per-tensor power-of-two scales" +
                      (cfg.train.fp8_scaling == "delayed"
                           ? std::string(" (delayed for activations and gradients: 16 steps of amax history)")
                           : std::string(" from the current amax")) +

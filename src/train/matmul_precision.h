@@ -13,6 +13,10 @@ namespace st {
 // that cannot run it, naming why and the way out; nothing for bf16.
 void check_matmul_dtype(const RunConfig& cfg, const Backend& backend);
 
+// Which of the blocks' linear layers train.fp8_layers and train.fp8_bf16_end_blocks put
+// in FP8: "QKV, O, gate|up, down", "gate|up, down; QKV, O in bf16", and the blocks.
+std::string describe_fp8_layers(const RunConfig& cfg);
+
 // The run header's line on it: which matmuls run in which precision.
 std::string describe_matmul_dtype(const RunConfig& cfg, const Backend& backend);
 

@@ -172,7 +172,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
   const int head_chunk = backend.device() == Device::CPU ? 0 : 4096;
   model_ = std::make_unique<Qwen2Model>(*layout_, be_, fo.compute_dtype, cfg.train.micro_batch, cfg.train.seq_len,
                                         head_chunk, parse_recompute(cfg.train.recompute),
-                                        cfg.train.matmul_dtype == "fp8", cfg.train.fp8_scaling == "delayed");
+                                        Fp8Options::from(cfg.train));
   base_workspace_ = be_.workspace_bytes();
   if (backend.device() != Device::CPU)
     attention_workspace_ = attention_workspace_bytes(cfg.model, cfg.train.micro_batch, cfg.train.seq_len);

@@ -97,6 +97,7 @@ TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
   cfg.data.paths = {std::string(SHARDTRAIN_SOURCE_DIR) + "/src"};
   const TrainResult bf16 = train_one_rank(cfg, *gpu);
   cfg.train.matmul_dtype = "fp8";
+  cfg.train.fp8_layers = {"qkv", "o", "gate_up", "down"};  // every kind (the default is the MLP's)
   auto cpu = make_cpu_backend();
   const TrainResult c = train_one_rank(cfg, *cpu);
   const TrainResult g = train_one_rank(cfg, *gpu);
@@ -117,6 +118,12 @@ TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
     EXPECT_LE(std::abs(gd.losses[i] - cd.losses[i]), 0.02 + 0.02 * cd.losses[i]) << "delayed, step " << i + 1;
   }
   EXPECT_LT(gd.losses.back(), gd.losses.front() - 0.5) << "the delayed fp8 run does not learn";
+  // The default layers (the MLP's), QKV and O in bf16: the same.
+  cfg.train.fp8_layers = RunConfig{}.train.fp8_layers;
+  const TrainResult cm = train_one_rank(cfg, *cpu), gm = train_one_rank(cfg, *gpu);
+  for (size_t i = 0; i < cm.losses.size(); ++i)
+    EXPECT_LE(std::abs(gm.losses[i] - cm.losses[i]), 0.02 + 0.02 * cm.losses[i]) << "MLP only, step " << i + 1;
+  EXPECT_NE(gm.losses, gd.losses) << "train.fp8_layers changed nothing on the GPU";
 }
 
 TEST(TrainGpu, FactoryMakesTheCudaBackend) {

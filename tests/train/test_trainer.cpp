@@ -10,6 +10,7 @@
 #include "fsdp/fsdp.h"
 #include "model/qwen2.h"
 #include "support/tiny_run.h"
+#include "train/matmul_precision.h"
 #include "train/memory_check.h"
 #include "train/trainer.h"
 
@@ -65,6 +66,7 @@ TEST(Trainer, Fp8MatmulsTrainNearTheF32Run) {
   RunConfig cfg = tiny_run(30);
   const TrainResult f32 = train_on_cpu(cfg);
   cfg.train.matmul_dtype = "fp8";
+  cfg.train.fp8_layers = {"qkv", "o", "gate_up", "down"};  // every kind (the default is the MLP's)
   const TrainResult fp8 = train_on_cpu(cfg), again = train_on_cpu(cfg);
   ASSERT_EQ(fp8.losses.size(), f32.losses.size());
   bool differs = false;
@@ -97,6 +99,7 @@ TEST(Trainer, Fp8DelayedScalingTrainsLikeCurrentScaling) {
   RunConfig cfg = tiny_run(30);
   const TrainResult f32 = train_on_cpu(cfg);
   cfg.train.matmul_dtype = "fp8";
+  cfg.train.fp8_layers = {"qkv", "o", "gate_up", "down"};
   const TrainResult current = train_on_cpu(cfg);
   cfg.train.fp8_scaling = "delayed";
   const TrainResult delayed = train_on_cpu(cfg), again = train_on_cpu(cfg);
@@ -116,6 +119,60 @@ TEST(Trainer, Fp8DelayedScalingTrainsLikeCurrentScaling) {
   block.train.steps = cfg.train.steps = 4;
   const TrainResult a = train_on_cpu(cfg), b = train_on_cpu(block);
   for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+}
+
+// train.fp8_layers / train.fp8_bf16_end_blocks: only the chosen linear layers of the
+// chosen blocks go through FP8 (by default the MLP's gate|up and down). One kind, or FP8 in the middle blocks only, gives a run
+// of its own (neither f32's bits nor all-FP8's) that stays near f32; the order a list
+// names the kinds in does not matter; choices that leave no FP8 layer are refused
+// before a run, naming the key.
+TEST(Trainer, Fp8LayersAndEndBlocksChooseWhichMatmulsAreFp8) {
+  testing::TinyShape shape;
+  shape.layers = 4;
+  RunConfig cfg = tiny_run(8, shape);
+  const TrainResult f32 = train_on_cpu(cfg);
+  cfg.train.matmul_dtype = "fp8";
+  cfg.train.fp8_layers = {"qkv", "o", "gate_up", "down"};
+  const TrainResult all = train_on_cpu(cfg);
+  RunConfig reordered = cfg, mlp = cfg;
+  mlp.train.fp8_layers = RunConfig{}.train.fp8_layers;  // the default: the MLP's two
+  EXPECT_EQ(describe_fp8_layers(mlp), "gate|up, down; QKV, O in bf16");
+  reordered.train.fp8_layers = {"down", "gate_up", "o", "qkv"};
+  EXPECT_EQ(train_on_cpu(reordered).losses, all.losses);
+  RunConfig down = cfg, middle = cfg;
+  down.train.fp8_layers = {"down"};
+  middle.train.fp8_bf16_end_blocks = 1;
+  for (const RunConfig* c : {&down, &middle}) {
+    const TrainResult r = train_on_cpu(*c);
+    const std::string what = c == &down ? "down only" : "blocks 1-2 only";
+    ASSERT_EQ(r.losses.size(), f32.losses.size());
+    bool from_f32 = false, from_all = false;
+    for (size_t i = 0; i < r.losses.size(); ++i) {
+      EXPECT_NEAR(r.losses[i], f32.losses[i], 0.03 * f32.losses[i]) << what << ", step " << i + 1;
+      from_f32 |= r.losses[i] != f32.losses[i];
+      from_all |= r.losses[i] != all.losses[i];
+    }
+    EXPECT_TRUE(from_f32) << what << " gave f32's bits: no layer was in FP8";
+    EXPECT_TRUE(from_all) << what << " gave all-FP8's bits: the choice was ignored";
+  }
+  auto be = make_cpu_backend();
+  EXPECT_NO_THROW(check_matmul_dtype(middle, *be));
+  RunConfig none = cfg, ends = cfg;
+  none.train.fp8_layers = {};
+  ends.train.fp8_bf16_end_blocks = 2;
+  for (const RunConfig* c : {&none, &ends}) {
+    try {
+      check_matmul_dtype(*c, *be);
+      ADD_FAILURE() << "a choice with no FP8 layer was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Usage);
+      EXPECT_NE(std::string(e.what()).find(c == &none ? "train.fp8_layers" : "train.fp8_bf16_end_blocks=2"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(describe_fp8_layers(down), "down; QKV, O, gate|up in bf16");
+  EXPECT_EQ(describe_fp8_layers(middle), "QKV, O, gate|up, down in blocks 1-2 (blocks 0 and 3 all in bf16)");
 }
 
 // optim.state_dtype / optim.master_dtype = bf16 (stochastic rounding): the run learns,
@@ -223,7 +280,7 @@ TEST(MemoryCheck, ActivationEstimateIsWhatTheModelAllocates) {
         EXPECT_EQ(Qwen2Model::activation_bytes_for(m, dt, 3, 7, chunk, parse_recompute(choice)), model.activation_bytes())
             << choice << " " << dtype_name(dt) << " chunk " << chunk;
         // FP8's scratch too (at a shape it can run: 4 x 8 tokens).
-        const Qwen2Model fp8(layout, *be, dt, 4, 8, chunk, parse_recompute(choice), true);
+        const Qwen2Model fp8(layout, *be, dt, 4, 8, chunk, parse_recompute(choice), Fp8Options{.on = true});
         EXPECT_EQ(Qwen2Model::activation_bytes_for(m, dt, 4, 8, chunk, parse_recompute(choice), true),
                   fp8.activation_bytes())
             << "fp8 " << choice << " " << dtype_name(dt) << " chunk " << chunk;
