@@ -1,6 +1,7 @@
 #include "model/qwen2.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <string>
 #include <utility>
@@ -41,6 +42,18 @@ namespace {
 struct Dropped {
   bool ln1, ln2, attn, mid, gu, sw;
 };
+// A per-layer buffer: its own, the one all such layers share (refilled for each), or none.
+enum class BufferMode { None, Own, Shared };
+
+// A linear layer's input in bf16 (transposed = false) or its kept e4m3 transpose: the
+// bf16 copy is shared once the transpose is kept (only the weight gradient reads the
+// input in backward) or recompute drops it; the transpose exists for FP8 layers only,
+// shared when dropped (recompute_layer recasts it).
+BufferMode input_mode(bool dropped, bool fp8, bool transposed) {
+  if (transposed) return !fp8 ? BufferMode::None : dropped ? BufferMode::Shared : BufferMode::Own;
+  return dropped || fp8 ? BufferMode::Shared : BufferMode::Own;
+}
+
 Dropped dropped_by(Recompute r) {
   return {r == Recompute::Norm || r == Recompute::Attn || r == Recompute::Block,
           r == Recompute::Norm || r == Recompute::Ffn || r == Recompute::Block,
@@ -55,8 +68,7 @@ Dropped dropped_by(Recompute r) {
 Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk,
                        Recompute recompute, Fp8Options fp8)
     : layout_(layout), be_(backend), dt_(dtype), st_(dtype == DType::F64 ? DType::F64 : DType::F32), B_(B), T_(T),
-      recompute_(recompute), fp8_(fp8.on), fp8_delayed_(fp8.on && fp8.delayed), fp8_kinds_(fp8.kinds & 0xFu),
-      fp8_end_blocks_(std::max(fp8.bf16_end_blocks, 0)) {
+      recompute_(recompute), fp8_(fp8.on), fp8_delayed_(fp8.on && fp8.delayed), fp8_opts_(fp8) {
   const ModelConfig& c = layout.config();
   ST_CHECK(B >= 1 && T >= 1, "micro-batch shape must be positive, got B=", B, " T=", T);
   N_ = B * T;
@@ -92,8 +104,25 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
   make(tokens_, DType::I32, N);
   make(targets_, DType::I32, N);
   make_vec(resid_, L_ + 1, dt_, N * C);
-  make_vec(ln1_, L_, dt_, N * C, drop_ln1_);
-  make_vec(ln2_, L_, dt_, N * C, drop_ln2_);
+  // Per layer: a buffer of its own, the one buffer the layers share, or none.
+  auto make_layers = [&](std::vector<Tensor>& v, DType dt, size_t n, const auto& mode) {
+    v.assign(L_, Tensor{});
+    int first = -1;
+    for (int l = 0; l < L_; ++l) {
+      const BufferMode m = mode(l);
+      if (m == BufferMode::Own || (m == BufferMode::Shared && first < 0)) make(v[l], dt, n);
+      if (m == BufferMode::Shared) first < 0 ? void(first = l) : void(v[l] = v[first]);
+    }
+  };
+  const std::array<bool, 4> dropped = {drop_ln1_, false, drop_ln2_, drop_sw_};
+  const std::array<size_t, 4> in_cols = {C, 0, C, F};
+  std::vector<Tensor>* inputs[4] = {&ln1_, nullptr, &ln2_, &sw_};
+  for (int k : {0, 2, 3}) {
+    make_layers(*inputs[k], dt_, N * in_cols[k],
+                [&](int l) { return input_mode(dropped[k], fp8_layer(fp8, L_, 4 * l + k), false); });
+    make_layers(xt_[k], DType::F8E4M3, N * in_cols[k],
+                [&](int l) { return input_mode(dropped[k], fp8_layer(fp8, L_, 4 * l + k), true); });
+  }
   make_vec(rstd1_, L_, st_, N);
   make_vec(rstd2_, L_, st_, N);
   make_vec(qkv_, L_, dt_, N * QKV_, drop_attn_);
@@ -101,7 +130,6 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
   make_vec(lse_, L_, st_, static_cast<size_t>(B_) * H_ * T_, drop_attn_);
   make_vec(mid_, L_, dt_, N * C, drop_mid_);
   make_vec(gu_, L_, dt_, N * 2 * F, drop_gu_);
-  make_vec(sw_, L_, dt_, N * F, drop_sw_);
   make(lnf_, dt_, N * C);
   make(rstdf_, st_, N);
   make(logits_, dt_, static_cast<size_t>(chunk_) * V_);
@@ -159,16 +187,18 @@ void Qwen2Model::begin_step() {
   fp8_begun_ = true;
 }
 
-bool Qwen2Model::fp8_at(int slot) const {
-  const int l = slot / 4;
-  return fp8_ && (fp8_kinds_ >> (slot % 4) & 1u) && l >= fp8_end_blocks_ && l < L_ - fp8_end_blocks_;
+bool Qwen2Model::fp8_layer(const Fp8Options& o, int L, int slot) {
+  const int l = slot / 4, ends = std::max(o.bf16_end_blocks, 0);
+  return o.on && (o.kinds >> (slot % 4) & 1u) && l >= ends && l < L - ends;
 }
 
 void Qwen2Model::linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor b, int IC, int OC) {
   if (!fp8_at(slot)) return be_.matmul_forward(out, x, w, b, N_, IC, OC);
   Tensor x_inv = fp8_inv(0, slot), w_inv = fp8_inv(1, slot);
-  // Delayed: the step's scale, this cast's amax recorded for the next steps.
-  be_.fp8_quantize(xq_, Tensor{}, x_inv, x, N_, IC, fp8_given(),
+  // Delayed: the step's scale, this cast's amax recorded for the next steps. The kept
+  // transpose is written in the same pass (a shared one is recompute_layer's to fill).
+  const std::array<bool, 4> dropped = {drop_ln1_, false, drop_ln2_, drop_sw_};
+  be_.fp8_quantize(xq_, dropped[slot % 4] ? Tensor{} : kept_xt(slot), x_inv, x, N_, IC, fp8_given(),
                    fp8_delayed_ && recording_ ? fp8_amax(0, slot) : Tensor{});
   be_.fp8_quantize(wq_, Tensor{}, w_inv, w, OC, IC);
   be_.matmul_fp8(out, xq_, x_inv, wq_, w_inv, b, N_, IC, OC, false);
@@ -191,10 +221,16 @@ void Qwen2Model::linear_backward(int slot, Tensor dx, Tensor dw, Tensor db, Tens
     be_.matmul_fp8(dx, dq_, d_inv, wq_, w_inv, Tensor{}, N_, OC, IC, false);
   }
   if (!dw.empty()) {
-    be_.fp8_quantize(Tensor{}, xq_, x_inv, x, N_, IC, true);
-    be_.matmul_fp8(dw, dqt_, d_inv, xq_, x_inv, Tensor{}, OC, N_, IC, true);
+    Tensor xt = kept_xt(slot);  // x itself is then a shared buffer, not this layer's
+    if (xt.empty()) be_.fp8_quantize(Tensor{}, xt = xq_, x_inv, x, N_, IC, true);
+    be_.matmul_fp8(dw, dqt_, d_inv, xt, x_inv, Tensor{}, OC, N_, IC, true);
   }
   if (!db.empty()) be_.matmul_backward(Tensor{}, Tensor{}, db, dout, x, w, N_, IC, OC);
+}
+
+void Qwen2Model::recast_kept_xt(int slot, Tensor x, int IC) {
+  const Tensor xt = kept_xt(slot);
+  if (!xt.empty()) be_.fp8_quantize(Tensor{}, xt, fp8_inv(0, slot), x, N_, IC, true);
 }
 
 Qwen2Model::~Qwen2Model() {
@@ -208,7 +244,8 @@ size_t Qwen2Model::activation_bytes() const {
 }
 
 uint64_t Qwen2Model::activation_bytes_for(const ModelConfig& c, DType dtype, int64_t B, int64_t T, int head_chunk,
-                                          Recompute r, bool fp8) {
+                                          Recompute r, const Fp8Options& fp8_opts) {
+  const bool fp8 = fp8_opts.on;
   // The constructor's buffers, one term each; unsigned 128-bit sums cannot overflow
   // for 32-bit dimensions, and the total saturates to 64 bits.
   using U = unsigned __int128;
@@ -219,12 +256,23 @@ uint64_t Qwen2Model::activation_bytes_for(const ModelConfig& c, DType dtype, int
   const U chunk = head_chunk > 0 ? std::min<U>(head_chunk, N) : N;
   const Dropped d = dropped_by(r);
   auto per_layer = [&](bool shared) -> U { return shared ? (L > 0 ? 1 : 0) : L; };
+  // The constructor's make_layers: own buffers, plus one when any layer shares it.
+  auto buffers = [&](int kind, bool dropped, bool transposed) -> U {
+    U own = 0;
+    bool shared = false;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const BufferMode m = input_mode(dropped, fp8_layer(fp8_opts, c.num_layers, int(4 * l + kind)), transposed);
+      own += m == BufferMode::Own, shared |= m == BufferMode::Shared;
+    }
+    return own + (shared ? 1 : 0);
+  };
   U bytes = 2 * N * i32                                   // tokens, targets
             + (L + 1) * N * C * dt                        // resid
-            + per_layer(d.ln1) * N * C * dt + per_layer(d.ln2) * N * C * dt
+            + buffers(0, d.ln1, false) * N * C * dt + buffers(2, d.ln2, false) * N * C * dt
+            + buffers(0, d.ln1, true) * N * C + buffers(2, d.ln2, true) * N * C + buffers(3, d.sw, true) * N * F
             + 2 * L * N * st                              // rstd1, rstd2
             + per_layer(d.attn) * (N * QKV * dt + N * H * hd * dt + static_cast<U>(B) * H * T * st)
-            + per_layer(d.mid) * N * C * dt + per_layer(d.gu) * N * 2 * F * dt + per_layer(d.sw) * N * F * dt
+            + per_layer(d.mid) * N * C * dt + per_layer(d.gu) * N * 2 * F * dt + buffers(3, d.sw, false) * N * F * dt
             + N * C * dt + N * st + chunk * V * dt + N * st   // lnf, rstdf, logits, losses
             + 3 * N * C * dt + N * H * hd * dt + N * QKV * dt + N * 2 * F * dt + N * F * dt;  // backward scratch
   if (fp8) {  // xq_, wq_, dq_, dqt_ (one byte an element), scales_, amax_, history_
@@ -392,7 +440,10 @@ void Qwen2Model::recompute_layer(int l, Tensor w) {
   const size_t C = C_, F = F_, QKV = QKV_, A = static_cast<size_t>(H_) * hd_;
   // The forward's own ops on the kept inputs: the same bits (the fused add + norm of
   // the forward equals add then norm bit for bit).
-  if (drop_ln1_) be_.rmsnorm_forward(ln1_[l], rstd1_[l], resid_[l], w.slice(o.ln1, C), N_, C_, eps_);
+  if (drop_ln1_) {
+    be_.rmsnorm_forward(ln1_[l], rstd1_[l], resid_[l], w.slice(o.ln1, C), N_, C_, eps_);
+    recast_kept_xt(4 * l + 0, ln1_[l], C_);
+  }
   if (drop_attn_) {
     linear_forward(4 * l + 0, qkv_[l], ln1_[l], w.slice(o.qkv_w, QKV * C), w.slice(o.qkv_b, QKV), C_, QKV_);
     be_.rope_forward(qkv_[l], B_, T_, H_, KV_, hd_, theta_);
@@ -402,10 +453,16 @@ void Qwen2Model::recompute_layer(int l, Tensor w) {
     linear_forward(4 * l + 1, tmp_, att_[l], w.slice(o.o_w, C * A), Tensor{}, H_ * hd_, C_);
     be_.add(mid_[l], resid_[l], tmp_, N_ * C);
   }
-  if (drop_ln2_) be_.rmsnorm_forward(ln2_[l], rstd2_[l], mid_[l], w.slice(o.ln2, C), N_, C_, eps_);
+  if (drop_ln2_) {
+    be_.rmsnorm_forward(ln2_[l], rstd2_[l], mid_[l], w.slice(o.ln2, C), N_, C_, eps_);
+    recast_kept_xt(4 * l + 2, ln2_[l], C_);
+  }
   if (drop_gu_)
     linear_forward(4 * l + 2, gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, C_, 2 * F_);
-  if (drop_sw_) be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
+  if (drop_sw_) {
+    be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
+    recast_kept_xt(4 * l + 3, sw_[l], F_);
+  }
 }
 
 LossSum Qwen2Model::forward_backward(ParamProvider& params, const int32_t* tokens, const int32_t* targets,

@@ -84,7 +84,7 @@ class Qwen2Model {
   // computed without building or allocating anything, in 64 bits (saturating at
   // UINT64_MAX): the memory check before a run allocates.
   static uint64_t activation_bytes_for(const ModelConfig& c, DType dtype, int64_t B, int64_t T, int head_chunk = 0,
-                                       Recompute recompute = Recompute::None, bool fp8 = false);
+                                       Recompute recompute = Recompute::None, const Fp8Options& fp8 = {});
   // "" when the blocks' linear layers can run in FP8 at this shape, else why not
   // (a dimension that is not a multiple of 16, naming it).
   static std::string fp8_shape_problem(const ModelConfig& c, int64_t B, int64_t T);
@@ -106,11 +106,18 @@ class Qwen2Model {
   void linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor b, int IC, int OC);
   // Whether the linear layer of this slot computes in FP8 (fp8_ and its kind and block
   // chosen), and whether its delayed scales are given (a history exists).
-  bool fp8_at(int slot) const;
+  bool fp8_at(int slot) const { return fp8_layer(fp8_opts_, L_, slot); }
+  static bool fp8_layer(const Fp8Options& o, int L, int slot);
+  // The FP8 input of slot kept transposed for its weight gradient, or empty (not FP8, or
+  // the O projection, whose input attention's backward needs in bf16 anyway).
+  Tensor kept_xt(int slot) const { return xt_[slot % 4].empty() ? Tensor{} : xt_[slot % 4][slot / 4]; }
   bool fp8_given() const { return fp8_delayed_ && fp8_rolls_ > 0; }
   // The amax_ element of slot's input (region 0) or output gradient (region 1).
   Tensor fp8_amax(int region, int slot) const { return amax_.slice(size_t(region) * L_ * 4 + size_t(slot), 1); }
   void linear_backward(int slot, Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC, int OC);
+  // After recompute_layer refilled the bf16 input x of slot (dropped, so its kept
+  // transpose is the shared buffer): the transpose again, at the forward's scale.
+  void recast_kept_xt(int slot, Tensor x, int IC);
 
   const ParamLayout& layout_;
   Backend& be_;
@@ -119,8 +126,7 @@ class Qwen2Model {
   float eps_, theta_;
   Recompute recompute_;
   bool fp8_ = false, fp8_delayed_ = false;
-  unsigned fp8_kinds_ = 0;
-  int fp8_end_blocks_ = 0;
+  Fp8Options fp8_opts_;
   bool fp8_begun_ = false;  // begin_step has run: the next one rolls the history
   int fp8_rolls_ = 0;       // rolls so far: the scales are given once there is one
   bool recording_ = false;  // forward_backward, not forward: the casts record amax
@@ -139,6 +145,11 @@ class Qwen2Model {
   std::vector<Tensor> mid_;        // L x (N, C) residual after attention
   std::vector<Tensor> gu_;         // L x (N, 2F) [gate | up]
   std::vector<Tensor> sw_;         // L x (N, F) silu(gate) * up
+  // An FP8 layer's input (ln1 for QKV, ln2 for gate|up, sw for down) is kept as the
+  // e4m3 transpose its weight gradient reads, (IC, N) per layer, written by the
+  // forward's cast; its bf16 copy is then one shared buffer (nothing in backward reads
+  // it). Dropped by recompute: one shared transpose, recast in recompute_layer.
+  std::vector<Tensor> xt_[4];
   Tensor lnf_, rstdf_;             // (N, C), (N)
   Tensor logits_;                  // (chunk, V)
   Tensor losses_;                  // (N)

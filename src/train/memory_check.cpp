@@ -73,7 +73,7 @@ MemoryEstimate estimate_rank_memory(const RunConfig& cfg, DType compute, int sha
   if (!in_place) e.gathered = saturate(std::max({embed, per_layer, final_unit}) * (cdt + 4));
   e.activations = Qwen2Model::activation_bytes_for(m, compute, cfg.train.micro_batch, cfg.train.seq_len,
                                                    compute == DType::F32 ? 0 : 4096, parse_recompute(cfg.train.recompute),
-                                                   cfg.train.matmul_dtype == "fp8");
+                                                   Fp8Options::from(cfg.train));
   e.workspace = saturate(static_cast<U>(workspace_bytes) +
                          (compute == DType::F32 ? 0 : attention_workspace_bytes(m, cfg.train.micro_batch,
                                                                                cfg.train.seq_len)));

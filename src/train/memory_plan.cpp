@@ -34,7 +34,7 @@ MemoryPlan plan_rank_memory(const RunConfig& cfg, Device device, int shard_world
                                     cfg.dist.reduce_dtype == "bf16" ? 2 : 4);
   p.activations = Qwen2Model::activation_bytes_for(cfg.model, compute, cfg.train.micro_batch, cfg.train.seq_len,
                                                    cpu ? 0 : 4096, parse_recompute(cfg.train.recompute),
-                                                   cfg.train.matmul_dtype == "fp8");
+                                                   Fp8Options::from(cfg.train));
   p.workspace = workspace_bytes;
   if (!cpu) p.attention = attention_workspace_bytes(cfg.model, cfg.train.micro_batch, cfg.train.seq_len);
   p.batches = size_t(cfg.train.grad_accum) * cfg.train.micro_batch * cfg.train.seq_len * 8;

@@ -270,7 +270,9 @@ TEST(Trainer, RandomDataTrainsAndClipsTheGradient) {
 // The estimate the memory check makes before anything exists: activations exactly as
 // the model allocates them, and a total no larger than what a run holds.
 TEST(MemoryCheck, ActivationEstimateIsWhatTheModelAllocates) {
-  const ModelConfig m = tiny_run(1).model;
+  testing::TinyShape three;
+  three.layers = 3;  // so that bf16_end_blocks = 1 leaves one FP8 block between two bf16 ones
+  const ModelConfig m = tiny_run(1, three).model;
   const ParamLayout layout(m);
   auto be = make_cpu_backend();
   for (const std::string& choice : recompute_choices())
@@ -279,11 +281,16 @@ TEST(MemoryCheck, ActivationEstimateIsWhatTheModelAllocates) {
         const Qwen2Model model(layout, *be, dt, 3, 7, chunk, parse_recompute(choice));
         EXPECT_EQ(Qwen2Model::activation_bytes_for(m, dt, 3, 7, chunk, parse_recompute(choice)), model.activation_bytes())
             << choice << " " << dtype_name(dt) << " chunk " << chunk;
-        // FP8's scratch too (at a shape it can run: 4 x 8 tokens).
-        const Qwen2Model fp8(layout, *be, dt, 4, 8, chunk, parse_recompute(choice), Fp8Options{.on = true});
-        EXPECT_EQ(Qwen2Model::activation_bytes_for(m, dt, 4, 8, chunk, parse_recompute(choice), true),
-                  fp8.activation_bytes())
-            << "fp8 " << choice << " " << dtype_name(dt) << " chunk " << chunk;
+        // FP8's scratch and kept transposes too (at a shape it can run: 4 x 8 tokens): every
+        // kind, the default (the MLP's), and the first and last block in bf16.
+        for (const Fp8Options& o : {Fp8Options{.on = true}, Fp8Options{.on = true, .kinds = 0b1100},
+                                    Fp8Options{.on = true, .kinds = 0b0101, .bf16_end_blocks = 1}}) {
+          const Qwen2Model fp8(layout, *be, dt, 4, 8, chunk, parse_recompute(choice), o);
+          EXPECT_EQ(Qwen2Model::activation_bytes_for(m, dt, 4, 8, chunk, parse_recompute(choice), o),
+                    fp8.activation_bytes())
+              << "fp8 kinds " << o.kinds << " ends " << o.bf16_end_blocks << " " << choice << " "
+              << dtype_name(dt) << " chunk " << chunk;
+        }
       }
 }
 
