@@ -354,6 +354,19 @@ void Backend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor ls
 
 // ---- SwiGLU -------------------------------------------------------------------------
 
+namespace {
+
+// A fused cast's outputs: q and/or qt (not both empty), one FP8 dtype, n elements each.
+void check_fp8_outputs(const char* op, Tensor q, Tensor qt, size_t n) {
+  ST_CHECK(!q.empty() || !qt.empty(), op, ": q and qt are both empty (nothing to write)");
+  const DType qd = q.empty() ? qt.dtype : q.dtype;
+  ST_CHECK(is_fp8(qd), op, ": q is ", dtype_name(qd), ", expected f8e4m3 or f8e5m2");
+  if (!q.empty()) check_buf(op, "q", q, qd, n);
+  if (!qt.empty()) check_buf(op, "qt", qt, qd, n);
+}
+
+}  // namespace
+
 void Backend::swiglu_forward(Tensor out, Tensor gu, int N, int F) {
   const char* op = "swiglu_forward";
   check_dim(op, "N", N), check_dim(op, "F", F);
@@ -380,15 +393,28 @@ void Backend::swiglu_backward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor 
   DType dt = act_dtype(op, "gu", gu);
   check_buf(op, "dout", dout, dt, size_t(N) * F);
   check_buf(op, "gu", gu, dt, size_t(N) * 2 * F);
-  ST_CHECK(!q.empty() || !qt.empty(), op, ": q and qt are both empty (nothing to write)");
-  const DType qd = q.empty() ? qt.dtype : q.dtype;
-  ST_CHECK(is_fp8(qd), op, ": q is ", dtype_name(qd), ", expected f8e4m3 or f8e5m2");
-  const size_t n = size_t(N) * 2 * F;
-  if (!q.empty()) check_buf(op, "q", q, qd, n);
-  if (!qt.empty()) check_buf(op, "qt", qt, qd, n);
+  check_fp8_outputs(op, q, qt, size_t(N) * 2 * F);
   check_buf(op, "inv_scale", inv_scale, DType::F32, 1);
   if (!amax.empty()) check_buf(op, "amax", amax, DType::F32, 1);
   do_swiglu_backward_fp8(q, qt, inv_scale, amax, dout, gu, N, F);
+}
+
+void Backend::swiglu_forward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor gu, int N, int F) {
+  const char* op = "swiglu_forward_fp8";
+  check_dim(op, "N", N), check_dim(op, "F", F);
+  DType dt = act_dtype(op, "gu", gu);
+  check_buf(op, "gu", gu, dt, size_t(N) * 2 * F);
+  check_fp8_outputs(op, q, qt, size_t(N) * F);
+  check_buf(op, "inv_scale", inv_scale, DType::F32, 1);
+  if (!amax.empty()) check_buf(op, "amax", amax, DType::F32, 1);
+  do_swiglu_forward_fp8(q, qt, inv_scale, amax, gu, N, F);
+}
+
+void Backend::do_swiglu_forward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor gu, int N, int F) {
+  Tensor out = alloc(gu.dtype, size_t(N) * F);
+  do_swiglu_forward(out, gu, N, F);
+  do_fp8_quantize(q, qt, inv_scale, out, N, F, true, amax);
+  free(out);
 }
 
 // The composition, for backends without a fused kernel: the same bits by definition.

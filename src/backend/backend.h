@@ -200,6 +200,11 @@ class Backend {
   // swiglu_backward would write (rounded to the activation dtype first), bit for bit;
   // dgu itself is not written. A backend without a fused kernel does exactly that.
   void swiglu_backward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor dout, Tensor gu, int N, int F);
+  // swiglu_forward with its output cast to FP8 in the same pass, for the down layer's
+  // input under delayed scaling: q (N, F) and/or qt (F, N) (not both empty) =
+  // fp8_quantize(out, inv_scale given, amax) of the out that swiglu_forward would write
+  // (rounded to the activation dtype first), bit for bit; out itself is not written.
+  void swiglu_forward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor gu, int N, int F);
 
   // ---- cross-entropy, fused forward + backward, in place over logits -------------
   // logits (N,V) in; losses (N) out (statistics dtype): -log softmax(logits)[target], 0 where
@@ -293,6 +298,7 @@ class Backend {
   virtual void do_swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) = 0;
   virtual void do_swiglu_backward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor dout, Tensor gu,
                                       int N, int F);
+  virtual void do_swiglu_forward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor gu, int N, int F);
   virtual void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
                                 float dloss_scale, bool grad) = 0;
   virtual void do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) = 0;

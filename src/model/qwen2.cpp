@@ -197,9 +197,10 @@ void Qwen2Model::linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor
   Tensor x_inv = fp8_inv(0, slot), w_inv = fp8_inv(1, slot);
   // Delayed: the step's scale, this cast's amax recorded for the next steps. The kept
   // transpose is written in the same pass (a shared one is recompute_layer's to fill).
-  const std::array<bool, 4> dropped = {drop_ln1_, false, drop_ln2_, drop_sw_};
-  be_.fp8_quantize(xq_, dropped[slot % 4] ? Tensor{} : kept_xt(slot), x_inv, x, N_, IC, fp8_given(),
-                   fp8_delayed_ && recording_ ? fp8_amax(0, slot) : Tensor{});
+  // x empty: xq_ already holds it (swiglu_forward_fp8).
+  if (!x.empty())
+    be_.fp8_quantize(xq_, input_dropped(slot) ? Tensor{} : kept_xt(slot), x_inv, x, N_, IC, fp8_given(),
+                     fp8_delayed_ && recording_ ? fp8_amax(0, slot) : Tensor{});
   be_.fp8_quantize(wq_, Tensor{}, w_inv, w, OC, IC);
   be_.matmul_fp8(out, xq_, x_inv, wq_, w_inv, b, N_, IC, OC, false);
 }
@@ -308,8 +309,9 @@ void Qwen2Model::forward_blocks(ParamProvider& params) {
     be_.add_rmsnorm_forward(mid_[l], ln2_[l], rstd2_[l], resid_[l], tmp_, w.slice(o.ln2, C), N_, C_, eps_);
     op.next("mlp");
     linear_forward(4 * l + 2, gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, C_, 2 * F_);
-    be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
-    linear_forward(4 * l + 3, tmp_, sw_[l], w.slice(o.down_w, C * F), Tensor{}, F_, C_);
+    swiglu_into_down(l);
+    linear_forward(4 * l + 3, tmp_, fused_swiglu_cast(4 * l + 3) ? Tensor{} : sw_[l], w.slice(o.down_w, C * F),
+                   Tensor{}, F_, C_);
     op.end();
     // resid_[l + 1] = mid_[l] + tmp_ is done by the next norm (the next layer's, or
     // the final one in head()).
@@ -460,9 +462,22 @@ void Qwen2Model::recompute_layer(int l, Tensor w) {
   if (drop_gu_)
     linear_forward(4 * l + 2, gu_[l], ln2_[l], w.slice(o.gate_up_w, 2 * F * C), Tensor{}, C_, 2 * F_);
   if (drop_sw_) {
+    if (fused_swiglu_cast(4 * l + 3)) {  // the transpose alone, at the forward's scale
+      be_.swiglu_forward_fp8(Tensor{}, kept_xt(4 * l + 3), fp8_inv(0, 4 * l + 3), Tensor{}, gu_[l], N_, F_);
+      return;
+    }
     be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
     recast_kept_xt(4 * l + 3, sw_[l], F_);
   }
+}
+
+void Qwen2Model::swiglu_into_down(int l) {
+  const int down = 4 * l + 3;
+  if (!fused_swiglu_cast(down)) return be_.swiglu_forward(sw_[l], gu_[l], N_, F_);
+  // Delayed FP8 knows the down layer's input scale before sw exists: the SwiGLU writes
+  // its e4m3 cast (and the kept transpose) itself, and the bf16 sw is never written.
+  be_.swiglu_forward_fp8(xq_, drop_sw_ ? Tensor{} : kept_xt(down), fp8_inv(0, down),
+                         recording_ ? fp8_amax(0, down) : Tensor{}, gu_[l], N_, F_);
 }
 
 LossSum Qwen2Model::forward_backward(ParamProvider& params, const int32_t* tokens, const int32_t* targets,

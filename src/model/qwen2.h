@@ -115,6 +115,15 @@ class Qwen2Model {
   // The amax_ element of slot's input (region 0) or output gradient (region 1).
   Tensor fp8_amax(int region, int slot) const { return amax_.slice(size_t(region) * L_ * 4 + size_t(slot), 1); }
   void linear_backward(int slot, Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC, int OC);
+  // Whether the down layer of `slot` takes its input from swiglu_forward_fp8 (delayed
+  // scaling with a history), and SwiGLU of layer l into sw_ or, so, into xq_ and the
+  // kept transpose.
+  bool fused_swiglu_cast(int slot) const { return fp8_given() && fp8_at(slot); }
+  void swiglu_into_down(int l);
+  bool input_dropped(int slot) const {
+    const int k = slot % 4;
+    return k == 0 ? drop_ln1_ : k == 2 ? drop_ln2_ : k == 3 ? drop_sw_ : drop_attn_;
+  }
   // After recompute_layer refilled the bf16 input x of slot (dropped, so its kept
   // transpose is the shared buffer): the transpose again, at the forward's scale.
   void recast_kept_xt(int slot, Tensor x, int IC);

@@ -427,6 +427,19 @@ class CudaBackend final : public Backend {
     });
     if (!fused) Backend::do_swiglu_backward_fp8(q, qt, inv_scale, amax, dout, gu, N, F);
   }
+  void do_swiglu_forward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor gu, int N, int F) override {
+    use_device();
+    ST_CHECK(fp8_why_not_.empty(), "swiglu_forward_fp8: ", fp8_why_not_);
+    const Fp8Format f = (q.empty() ? qt.dtype : q.dtype) == DType::F8E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
+    bool fused = false;
+    dispatch(gu.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      fused = cuda::swiglu_forward_fp8(q.empty() ? nullptr : q.as<uint8_t>(), qt.empty() ? nullptr : qt.as<uint8_t>(),
+                                       inv_scale.as<float>(), amax.empty() ? nullptr : amax.as<unsigned>(), gu.as<T>(),
+                                       N, F, f, stream_);
+    });
+    if (!fused) Backend::do_swiglu_forward_fp8(q, qt, inv_scale, amax, gu, N, F);
+  }
   void do_fp8_roll_scales(Tensor inv_scale, int stride, Tensor amax, Tensor history, int n, int len, int pos,
                           Fp8Format format) override {
     use_device();

@@ -33,6 +33,11 @@ void fp8_quantize(uint8_t* q, uint8_t* qt, float* inv_scale, const T* x, int row
 template <class T>
 bool swiglu_backward_fp8(uint8_t* q, uint8_t* qt, const float* inv_scale, unsigned* record, const T* dout, const T* gu,
                          int N, int F, Fp8Format format, cudaStream_t stream);
+// Backend::swiglu_forward_fp8 in one kernel, the same way (F % 8, gu 16-byte and q
+// 8-byte aligned).
+template <class T>
+bool swiglu_forward_fp8(uint8_t* q, uint8_t* qt, const float* inv_scale, unsigned* record, const T* gu, int N, int F,
+                        Fp8Format format, cudaStream_t stream);
 // Backend::fp8_roll_scales (delayed scaling's once-a-step update).
 void fp8_roll_scales(float* inv_scale, int stride, float* amax, float* history, int n, int len, int pos,
                      Fp8Format format, cudaStream_t stream);

@@ -181,7 +181,7 @@ __global__ void swiglu_forward_kernel(T* out, const T* gu, int N, int F) {
   for (size_t i = global_thread(); i < n; i += grid_threads()) {
     const size_t r = i / F, j = i % F;
     const float g = to_float(gu[r * 2 * F + j]), u = to_float(gu[r * 2 * F + F + j]);
-    out[i] = from_float<T>(g * sigmoid(g) * u);
+    out[i] = from_float<T>(swiglu_value(g, u));
   }
 }
 
@@ -199,7 +199,7 @@ __global__ void swiglu_forward_vec_kernel(T* out, const T* gu, int N, int F) {
 #pragma unroll
     for (int e = 0; e < P; ++e) {
       const float gv = to_float(gp.v[e]), u = to_float(up.v[e]);
-      y.v[e] = from_float<T>(gv * sigmoid(gv) * u);
+      y.v[e] = from_float<T>(swiglu_value(gv, u));
     }
     store_pack(out + r * F + j, y);
   }

@@ -82,6 +82,25 @@ __device__ __forceinline__ uint8_t cast(float v, __nv_fp8_interpretation_t fmt) 
   return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, fmt);
 }
 
+// qt (cols, rows) gets a block's tile (its rows r0.., columns c0..) transposed: row c
+// of qt holds column c of the tile, kRows bytes per row in packs of 16.
+__device__ __forceinline__ void store_transposed(uint8_t* __restrict__ qt, const uint8_t (*tile)[kCols], int r0,
+                                                 int c0, int rows, int cols) {
+  for (int i = threadIdx.x; i < kCols * (kRows / 16); i += kThreads) {
+    const int lc = i / (kRows / 16), lr = (i % (kRows / 16)) * 16, c = c0 + lc, r = r0 + lr;
+    if (c >= cols || r >= rows) continue;
+    const size_t at = size_t(c) * rows + r;
+    if (r + 16 <= rows && rows % 16 == 0 && reinterpret_cast<uintptr_t>(qt) % 16 == 0) {
+      __align__(16) uint8_t v[16];
+#pragma unroll
+      for (int k = 0; k < 16; k++) v[k] = tile[lr + k][tile_col(lr, lc)];
+      *reinterpret_cast<uint4*>(qt + at) = *reinterpret_cast<const uint4*>(v);
+    } else {
+      for (int k = 0; k < 16 && r + k < rows; k++) qt[at + k] = tile[lr + k][tile_col(lr, lc)];
+    }
+  }
+}
+
 // One kRows x kCols tile per block: x (rows, cols) -> q (rows, cols) and/or qt (cols,
 // rows); with `record`, the tile's amax is max-ed into *record. VEC: 8 elements of x
 // load as 16-byte packs (all of a thread's loads in flight at once) and go to q as one
@@ -142,20 +161,7 @@ __global__ void __launch_bounds__(kThreads)
   if (record) block_amax(record, m);  // its barrier also orders the tile's writes
   if (!qt) return;
   __syncthreads();
-  // qt row c holds column c of x: kRows bytes of this tile per row, in packs of 16.
-  for (int i = threadIdx.x; i < kCols * (kRows / 16); i += kThreads) {
-    const int lc = i / (kRows / 16), lr = (i % (kRows / 16)) * 16, c = c0 + lc, r = r0 + lr;
-    if (c >= cols || r >= rows) continue;
-    const size_t at = size_t(c) * rows + r;
-    if (r + 16 <= rows && rows % 16 == 0 && reinterpret_cast<uintptr_t>(qt) % 16 == 0) {
-      __align__(16) uint8_t v[16];
-#pragma unroll
-      for (int k = 0; k < 16; k++) v[k] = tile[lr + k][tile_col(lr, lc)];
-      *reinterpret_cast<uint4*>(qt + at) = *reinterpret_cast<const uint4*>(v);
-    } else {
-      for (int k = 0; k < 16 && r + k < rows; k++) qt[at + k] = tile[lr + k][tile_col(lr, lc)];
-    }
-  }
+  store_transposed(qt, tile, r0, c0, rows, cols);
 }
 
 // 8 elements of T from 16-byte-aligned memory, as floats.
@@ -236,6 +242,50 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The SwiGLU forward cast straight to FP8 with a given scale: a block takes a kRows x
+// kCols tile of out (N, F), reading its gate and up columns of gu, and writes it
+// row-major and/or transposed (through the swizzled tile, as cast_kernel), recording
+// its amax. Each value is rounded to T first: the bits of swiglu_forward followed by
+// fp8_quantize. F % 8 == 0; gu 16-byte and q 8-byte aligned.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    swiglu_forward_fp8_kernel(uint8_t* __restrict__ q, uint8_t* __restrict__ qt, const float* inv_scale,
+                              unsigned* record, const T* __restrict__ gu, int N, int F,
+                              __nv_fp8_interpretation_t fmt) {
+  __shared__ __align__(16) uint8_t tile[kRows][kCols];
+  const float s = 1.0f / *inv_scale;
+  const int r0 = blockIdx.y * kRows, c0 = blockIdx.x * kCols;
+  const size_t C2 = size_t(2) * F;
+  unsigned m = 0;
+  float g[kPacksPerThread][8], u[kPacksPerThread][8];
+#pragma unroll
+  for (int p = 0; p < kPacksPerThread; p++) {
+    const int i = threadIdx.x + p * kThreads, r = r0 + i / (kCols / 8), c = c0 + (i % (kCols / 8)) * 8;
+    if (r >= N || c >= F) continue;
+    load8(gu + size_t(r) * C2 + c, g[p]);
+    load8(gu + size_t(r) * C2 + F + c, u[p]);
+  }
+#pragma unroll
+  for (int p = 0; p < kPacksPerThread; p++) {
+    const int i = threadIdx.x + p * kThreads, lr = i / (kCols / 8), lc = (i % (kCols / 8)) * 8, r = r0 + lr,
+              c = c0 + lc;
+    if (r >= N || c >= F) continue;
+    __align__(8) uint8_t b[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      const float y = to_float(from_float<T>(swiglu_value(g[p][k], u[p][k])));
+      m = max(m, abs_bits(y));
+      b[k] = cast(y * s, fmt);
+    }
+    if (q) *reinterpret_cast<uint2*>(q + size_t(r) * F + c) = *reinterpret_cast<const uint2*>(b);
+    if (qt) *reinterpret_cast<uint2*>(&tile[lr][tile_col(lr, lc)]) = *reinterpret_cast<const uint2*>(b);
+  }
+  if (record) block_amax(record, m);  // its barrier also orders the tile's writes
+  if (!qt) return;
+  __syncthreads();
+  store_transposed(qt, tile, r0, c0, N, F);
+}
+
 // Delayed scaling's step: one thread per tensor.
 __global__ void roll_kernel(float* inv_scale, int stride, unsigned* amax_bits, unsigned* history, int n, int len,
                             int pos, float max_finite) {
@@ -289,6 +339,19 @@ bool swiglu_backward_fp8(uint8_t* q, uint8_t* qt, const float* inv_scale, unsign
   return true;
 }
 
+template <class T>
+bool swiglu_forward_fp8(uint8_t* q, uint8_t* qt, const float* inv_scale, unsigned* record, const T* gu, int N, int F,
+                        Fp8Format format, cudaStream_t stream) {
+  const auto al = [](const void* p, int b) { return reinterpret_cast<uintptr_t>(p) % b == 0; };
+  if (F % 8 != 0 || !al(gu, 16) || !al(q, 8)) return false;
+  const dim3 grid((F + kCols - 1) / kCols, (N + kRows - 1) / kRows);
+  if (grid.y > 65535) return false;
+  swiglu_forward_fp8_kernel<T><<<grid, kThreads, 0, stream>>>(q, qt, inv_scale, record, gu, N, F,
+                                                              format == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+  ST_CUDA_LAUNCHED("swiglu_forward_fp8_kernel");
+  return true;
+}
+
 void fp8_roll_scales(float* inv_scale, int stride, float* amax, float* history, int n, int len, int pos,
                      Fp8Format format, cudaStream_t stream) {
   roll_kernel<<<(n + 127) / 128, 128, 0, stream>>>(inv_scale, stride, reinterpret_cast<unsigned*>(amax),
@@ -305,5 +368,10 @@ template bool swiglu_backward_fp8<bf16>(uint8_t*, uint8_t*, const float*, unsign
                                         int, Fp8Format, cudaStream_t);
 template void fp8_quantize<bf16>(uint8_t*, uint8_t*, float*, const bf16*, int, int, Fp8Format, unsigned*,
                                  unsigned*, cudaStream_t);
+
+template bool swiglu_forward_fp8<float>(uint8_t*, uint8_t*, const float*, unsigned*, const float*, int, int,
+                                         Fp8Format, cudaStream_t);
+template bool swiglu_forward_fp8<bf16>(uint8_t*, uint8_t*, const float*, unsigned*, const bf16*, int, int, Fp8Format,
+                                        cudaStream_t);
 
 }  // namespace st::cuda

@@ -7,6 +7,9 @@ namespace st::cuda {
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// out = silu(g) * u
+__device__ __forceinline__ float swiglu_value(float g, float u) { return g * sigmoid(g) * u; }
+
 // dgu (N, 2F): d gate = dy * u * silu'(g), silu'(g) = s (1 + g (1 - s)); d up = dy * silu(g)
 __device__ __forceinline__ void swiglu_grads(float g, float u, float dy, float* dg, float* du) {
   const float s = sigmoid(g);

@@ -206,6 +206,25 @@ TEST_F(CpuFp8, SwigluBackwardCastIsTheComposition) {
   expect_error([&] { be->swiglu_backward_fp8(dgu, Tensor{}, inv, a, dy, gu, N, F); }, {"expected f8e4m3 or f8e5m2"});
 }
 
+TEST_F(CpuFp8, SwigluForwardCastIsTheComposition) {
+  const int N = 6, F = 8;
+  const size_t n = size_t(N) * F;
+  Tensor gu = make(DType::F32, n * 2), out = make(DType::F32, n);
+  be->copy(gu, rand(n * 2, -3, 3));
+  be->swiglu_forward(out, gu, N, F);
+  Tensor q = make(DType::F8E4M3, n), qt = make(DType::F8E4M3, n), q2 = make(DType::F8E4M3, n),
+         qt2 = make(DType::F8E4M3, n), inv = make(DType::F32, 1), a = make(DType::F32, 1), a2 = make(DType::F32, 1);
+  inv.as<float>()[0] = 0.25f;
+  be->fp8_quantize(q, qt, inv, out, N, F, true, a);
+  be->swiglu_forward_fp8(q2, qt2, inv, a2, gu, N, F);
+  EXPECT_EQ(std::memcmp(q.as<uint8_t>(), q2.as<uint8_t>(), n), 0);
+  EXPECT_EQ(std::memcmp(qt.as<uint8_t>(), qt2.as<uint8_t>(), n), 0);
+  EXPECT_EQ(get(a)[0], get(a2)[0]);
+  EXPECT_GT(get(a2)[0], 0.0);
+  expect_error([&] { be->swiglu_forward_fp8(Tensor{}, Tensor{}, inv, a, gu, N, F); }, {"both empty"});
+  expect_error([&] { be->swiglu_forward_fp8(q, qt, inv, a, gu, N, F + 1); }, {"gu holds"});
+}
+
 TEST_F(CpuFp8, MatmulIsTheDequantizedProductScaled) {
   const int M = 16, K = 32, N = 48;
   Tensor xa = make(DType::F32, size_t(M) * K), xb = make(DType::F32, size_t(N) * K);
@@ -360,6 +379,34 @@ TEST_F(CudaFp8, SwigluBackwardCastMatchesTheEmulation) {
       Tensor gq2 = make(gpu(), DType::F8E5M2, n), gqt2 = make(gpu(), DType::F8E5M2, n);
       gpu().swiglu_backward_fp8(gq2, Tensor{}, gi, Tensor{}, gd, gx, N, F);
       gpu().swiglu_backward_fp8(Tensor{}, gqt2, gi, Tensor{}, gd, gx, N, F);
+      EXPECT_EQ(raw(gq2), raw(gq)) << what << " q alone";
+      EXPECT_EQ(raw(gqt2), raw(gqt)) << what << " qt alone";
+    }
+}
+
+TEST_F(CudaFp8, SwigluForwardCastMatchesTheEmulation) {
+  for (DType dt : kBoth)
+    for (auto [N, F] : {std::pair{256, 128}, std::pair{200, 40}, std::pair{48, 96}, std::pair{32, 12}}) {
+      const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(N) + " F=" + std::to_string(F);
+      Vec gu = randv_as(dt, size_t(N) * 2 * F, -4, 4);
+      const size_t n = size_t(N) * F;
+      // The CPU reference in the GPU's activation dtype: bf16 rounding of out included.
+      Tensor cq = make(*cpu, DType::F8E4M3, n), cqt = make(*cpu, DType::F8E4M3, n), ci = make(*cpu, DType::F32, 1),
+             ca = make(*cpu, DType::F32, 1);
+      ci.as<float>()[0] = 1.0f / 32;
+      Tensor gx = gpu_from_at(gu, dt, 0), gout = make(gpu(), dt, n);
+      gpu().swiglu_forward(gout, gx, N, F);
+      cpu->fp8_quantize(cq, cqt, ci, cpu_from(get(gout)), N, F, true, ca);
+      Tensor gq = make(gpu(), DType::F8E4M3, n), gqt = make(gpu(), DType::F8E4M3, n);
+      Tensor gi = gpu_from_at(Vec{1.0 / 32}, DType::F32, 0), ga = gpu_from_at(Vec{0.0}, DType::F32, 0);
+      gpu().swiglu_forward_fp8(gq, gqt, gi, ga, gx, N, F);
+      EXPECT_EQ(std::memcmp(raw(gq).data(), cq.as<uint8_t>(), n), 0) << what << " q";
+      EXPECT_EQ(std::memcmp(raw(gqt).data(), cqt.as<uint8_t>(), n), 0) << what << " qt";
+      EXPECT_EQ(get(ga)[0], cget(ca)[0]) << what << " amax";
+      EXPECT_GT(get(ga)[0], 0.0) << what;
+      Tensor gq2 = make(gpu(), DType::F8E4M3, n), gqt2 = make(gpu(), DType::F8E4M3, n);
+      gpu().swiglu_forward_fp8(gq2, Tensor{}, gi, Tensor{}, gx, N, F);
+      gpu().swiglu_forward_fp8(Tensor{}, gqt2, gi, Tensor{}, gx, N, F);
       EXPECT_EQ(raw(gq2), raw(gq)) << what << " q alone";
       EXPECT_EQ(raw(gqt2), raw(gqt)) << what << " qt alone";
     }
