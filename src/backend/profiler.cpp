@@ -494,6 +494,24 @@ void ProfilingBackend::do_swiglu_forward(Tensor out, Tensor gu, int N, int F) {
   timed("swiglu_forward", false, nf * (2 * es(gu) + es(out)), [&] { inner_.do_swiglu_forward(out, gu, N, F); });
 }
 
+// The SwiGLU forward that writes FP8 (one byte per layout) instead of its output.
+void ProfilingBackend::do_swiglu_forward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor gu, int N,
+                                             int F) {
+  if (!open_) return inner_.do_swiglu_forward_fp8(q, qt, inv_scale, amax, gu, N, F);
+  const double nf = static_cast<double>(N) * F;
+  timed("swiglu_forward_fp8" + std::string(q.empty() || qt.empty() ? "" : " +T"), false,
+        nf * (2 * es(gu) + (q.empty() ? 0 : 1) + (qt.empty() ? 0 : 1)),
+        [&] { inner_.do_swiglu_forward_fp8(q, qt, inv_scale, amax, gu, N, F); });
+}
+
+void ProfilingBackend::do_upload_async(Tensor dst, const void* host, Lane lane) {
+  inner_.do_upload_async(dst, host, lane);
+}
+
+void ProfilingBackend::do_download_async(void* host, Tensor src, Lane lane) {
+  inner_.do_download_async(host, src, lane);
+}
+
 // The SwiGLU backward that writes FP8 (one byte per layout) instead of dgu.
 void ProfilingBackend::do_swiglu_backward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor dout,
                                               Tensor gu, int N, int F) {

@@ -152,6 +152,10 @@ class ProfilingBackend : public Backend {
   void do_upload(Tensor dst, const void* host) override;
   void do_upload_ids(Tensor dst, const int32_t* host, int V, bool has_ignore, int ignore) override;
   void do_download(void* host, Tensor src) override;
+  // The lanes pass through untimed (copies beside the compute are not the compute's).
+  void do_upload_async(Tensor dst, const void* host, Lane lane) override;
+  void do_download_async(void* host, Tensor src, Lane lane) override;
+  void lane_wait(Lane waiting, Lane on) override { inner_.lane_wait(waiting, on); }
 
   void do_add(Tensor out, Tensor a, Tensor b, size_t n) override;
   void do_accumulate(Tensor acc, Tensor x, size_t n) override;
@@ -190,6 +194,7 @@ class ProfilingBackend : public Backend {
   void do_swiglu_backward(Tensor dgu, Tensor dout, Tensor gu, int N, int F) override;
   void do_swiglu_backward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor dout, Tensor gu, int N,
                               int F) override;
+  void do_swiglu_forward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor gu, int N, int F) override;
 
   void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
                         float dloss_scale, bool grad) override;

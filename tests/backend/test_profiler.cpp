@@ -155,6 +155,29 @@ TEST_F(Profiler, CountsCallsPerKeyPerStepInsideTheWindowOnly) {
   EXPECT_TRUE(empty.rows[0].is_other);
 }
 
+// The fused FP8 SwiGLU ops reach the inner backend as themselves (its fused kernel),
+// each one row: not the base class's composition of swiglu and a cast.
+TEST_F(Profiler, FusedFp8OpsAreForwardedWhole) {
+  const int N = 16, F = 8;
+  Tensor gu = rand(size_t(N) * 2 * F), dy = rand(size_t(N) * F);
+  Tensor q = owned.emplace_back(cpu->alloc(DType::F8E4M3, size_t(N) * F)),
+         qt = owned.emplace_back(cpu->alloc(DType::F8E4M3, size_t(N) * F)),
+         dq = owned.emplace_back(cpu->alloc(DType::F8E5M2, size_t(N) * 2 * F)), inv = zeros(1), amax = zeros(1);
+  cpu->fill(inv, 0.5);
+  prof.open_window();
+  prof.swiglu_forward_fp8(q, qt, inv, amax, gu, N, F);
+  prof.swiglu_backward_fp8(dq, Tensor{}, inv, amax, dy, gu, N, F);
+  prof.mark_step();
+  prof.close_window();
+  const ProfileReport r = prof.report(prof.measured_step_ms(), 0, 0);
+  ASSERT_NE(row(r, "swiglu_forward_fp8 +T"), nullptr);
+  ASSERT_NE(row(r, "swiglu_backward_fp8"), nullptr);
+  for (const ProfileRow& x : r.rows)
+    EXPECT_TRUE(x.is_other || x.op.rfind("swiglu_", 0) == 0 && x.op.find("_fp8") != std::string::npos)
+        << "a fused op was decomposed through the wrapper: " << x.op;
+  EXPECT_DOUBLE_EQ(row(r, "swiglu_forward_fp8 +T")->bytes_per_call, N * F * (2 * 4.0 + 2));  // gate and up read (f32), q and qt written
+}
+
 TEST_F(Profiler, SharesSumToOneWithTheOtherRow) {
   const int N = 32, C = 64;
   Tensor x = rand(N * C), w = rand(C * C), y = zeros(N * C), rstd = zeros(N), g = rand(C);
