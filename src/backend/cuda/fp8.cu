@@ -82,21 +82,39 @@ __device__ __forceinline__ uint8_t cast(float v, __nv_fp8_interpretation_t fmt) 
   return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, fmt);
 }
 
-// qt (cols, rows) gets a block's tile (its rows r0.., columns c0..) transposed: row c
-// of qt holds column c of the tile, kRows bytes per row in packs of 16.
+// The 4x4 bytes of rows w[0..3] (4 columns each) transposed: o[j] holds column j's
+// 4 bytes, row 0 in the low byte.
+__device__ __forceinline__ void transpose4x4(const unsigned* w, unsigned* o) {
+  const unsigned t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[0], w[1], 0x7362);
+  const unsigned t2 = __byte_perm(w[2], w[3], 0x5140), t3 = __byte_perm(w[2], w[3], 0x7362);
+  o[0] = __byte_perm(t0, t2, 0x5410), o[1] = __byte_perm(t0, t2, 0x7632);
+  o[2] = __byte_perm(t1, t3, 0x5410), o[3] = __byte_perm(t1, t3, 0x7632);
+}
+
+// qt gets a block's tile (rows r0.. of the source, `rows` in all) transposed: tile
+// column lc goes to qt row row_of(lc) (negative: none), kRows bytes. Each thread takes
+// 8 rows x 4 columns: 8 shared-memory words in, two 4x4 byte transposes, four 8-byte
+// stores; a warp's 16 threads of one column write its 128 contiguous bytes.
+template <class RowOf>
 __device__ __forceinline__ void store_transposed(uint8_t* __restrict__ qt, const uint8_t (*tile)[kCols], int r0,
-                                                 int c0, int rows, int cols) {
-  for (int i = threadIdx.x; i < kCols * (kRows / 16); i += kThreads) {
-    const int lc = i / (kRows / 16), lr = (i % (kRows / 16)) * 16, c = c0 + lc, r = r0 + lr;
-    if (c >= cols || r >= rows) continue;
-    const size_t at = size_t(c) * rows + r;
-    if (r + 16 <= rows && rows % 16 == 0 && reinterpret_cast<uintptr_t>(qt) % 16 == 0) {
-      __align__(16) uint8_t v[16];
+                                                 int rows, RowOf row_of) {
+  static_assert(kCols / 4 * (kRows / 8) == kThreads, "one 8 x 4 piece per thread");
+  const int lr = (threadIdx.x % (kRows / 8)) * 8, lc = (threadIdx.x / (kRows / 8)) * 4, r = r0 + lr;
+  if (r >= rows) return;
+  unsigned w[8], o[8];
 #pragma unroll
-      for (int k = 0; k < 16; k++) v[k] = tile[lr + k][tile_col(lr, lc)];
-      *reinterpret_cast<uint4*>(qt + at) = *reinterpret_cast<const uint4*>(v);
+  for (int k = 0; k < 8; k++) w[k] = *reinterpret_cast<const unsigned*>(&tile[lr + k][tile_col(lr, lc)]);
+  transpose4x4(w, o), transpose4x4(w + 4, o + 4);
+  const bool whole = r + 8 <= rows && rows % 8 == 0 && reinterpret_cast<uintptr_t>(qt) % 8 == 0;
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const int row = row_of(lc + j);
+    if (row < 0) continue;
+    uint8_t* at = qt + size_t(row) * rows + r;
+    if (whole) {
+      *reinterpret_cast<uint2*>(at) = make_uint2(o[j], o[4 + j]);
     } else {
-      for (int k = 0; k < 16 && r + k < rows; k++) qt[at + k] = tile[lr + k][tile_col(lr, lc)];
+      for (int k = 0; k < 8 && r + k < rows; k++) at[k] = uint8_t((k < 4 ? o[j] >> (8 * k) : o[4 + j] >> (8 * (k - 4))));
     }
   }
 }
@@ -161,19 +179,31 @@ __global__ void __launch_bounds__(kThreads)
   if (record) block_amax(record, m);  // its barrier also orders the tile's writes
   if (!qt) return;
   __syncthreads();
-  store_transposed(qt, tile, r0, c0, rows, cols);
+  store_transposed(qt, tile, r0, rows, [&](int lc) { return c0 + lc < cols ? c0 + lc : -1; });
 }
 
-// 8 elements of T from 16-byte-aligned memory, as floats.
+// 8 elements of T from 16-byte-aligned memory, as they are (one or two 16-byte packs):
+// a kernel loads all of its packs first, so they are in flight together, and converts
+// each when it uses it, so that the packs, not their floats, hold its registers.
 template <class T>
-__device__ __forceinline__ void load8(const T* __restrict__ p, float* f) {
-  uint4 pack[8 * sizeof(T) / 16];
+struct Pack8 {
+  uint4 raw[8 * sizeof(T) / 16];
+  __device__ __forceinline__ void load(const T* __restrict__ p) {
 #pragma unroll
-  for (int i = 0; i < int(8 * sizeof(T) / 16); i++) pack[i] = reinterpret_cast<const uint4*>(p)[i];
-  const T* v = reinterpret_cast<const T*>(pack);
-#pragma unroll
-  for (int k = 0; k < 8; k++) f[k] = to_float(v[k]);
+    for (int i = 0; i < int(8 * sizeof(T) / 16); i++) raw[i] = reinterpret_cast<const uint4*>(p)[i];
+  }
+  __device__ __forceinline__ float operator[](int k) const { return to_float(reinterpret_cast<const T*>(raw)[k]); }
+};
+
+// Two values to FP8 in one conversion (the hardware converts pairs), as two bytes.
+__device__ __forceinline__ uint16_t cast2(float a, float b, __nv_fp8_interpretation_t fmt) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, fmt);
 }
+
+// The SwiGLU kernels below are load-heavy: a block's packs all in flight, then math
+// per element. kMinBlocks resident per SM holds them to 64 registers a thread, so
+// that enough blocks' loads overlap one another's math and stores.
+constexpr int kMinBlocks = 4;
 
 // The SwiGLU backward cast straight to FP8 with a given scale: a block takes kRows rows
 // x kCols / 2 columns of F and writes the kCols columns of dgu they give (d gate's and
@@ -181,7 +211,7 @@ __device__ __forceinline__ void load8(const T* __restrict__ p, float* f) {
 // recording their amax. Each value is rounded to T first: the bits of swiglu_backward
 // followed by fp8_quantize. F % 8 == 0; dout, gu 16-byte and q 8-byte aligned.
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     swiglu_backward_fp8_kernel(uint8_t* __restrict__ q, uint8_t* __restrict__ qt, const float* inv_scale,
                                unsigned* record, const T* __restrict__ dout, const T* __restrict__ gu, int N, int F,
                                __nv_fp8_interpretation_t fmt) {
@@ -191,27 +221,30 @@ __global__ void __launch_bounds__(kThreads)
   const int r0 = blockIdx.y * kRows, f0 = blockIdx.x * kHalf;
   const size_t C2 = size_t(2) * F;
   unsigned m = 0;
-  float g[kPer][8], u[kPer][8], dy[kPer][8];
+  Pack8<T> g[kPer], u[kPer], dy[kPer];
 #pragma unroll
   for (int p = 0; p < kPer; p++) {
     const int i = threadIdx.x + p * kThreads, r = r0 + i / kPacks, f = f0 + (i % kPacks) * 8;
     if (r >= N || f >= F) continue;
-    load8(gu + size_t(r) * C2 + f, g[p]);
-    load8(gu + size_t(r) * C2 + F + f, u[p]);
-    load8(dout + size_t(r) * F + f, dy[p]);
+    g[p].load(gu + size_t(r) * C2 + f);
+    u[p].load(gu + size_t(r) * C2 + F + f);
+    dy[p].load(dout + size_t(r) * F + f);
   }
 #pragma unroll
   for (int p = 0; p < kPer; p++) {
     const int i = threadIdx.x + p * kThreads, lr = i / kPacks, lf = (i % kPacks) * 8, r = r0 + lr, f = f0 + lf;
     if (r >= N || f >= F) continue;
-    __align__(8) uint8_t bg[8], bu[8];
+    __align__(8) uint16_t bg[4], bu[4];
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-      float dg, du;
-      swiglu_grads(g[p][k], u[p][k], dy[p][k], &dg, &du);
-      dg = to_float(from_float<T>(dg)), du = to_float(from_float<T>(du));
-      m = max(m, max(abs_bits(dg), abs_bits(du)));
-      bg[k] = cast(dg * s, fmt), bu[k] = cast(du * s, fmt);
+    for (int k = 0; k < 8; k += 2) {
+      float dg[2], du[2];
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        swiglu_grads(g[p][k + h], u[p][k + h], dy[p][k + h], &dg[h], &du[h]);
+        dg[h] = to_float(from_float<T>(dg[h])), du[h] = to_float(from_float<T>(du[h]));
+        m = max(m, max(abs_bits(dg[h]), abs_bits(du[h])));
+      }
+      bg[k / 2] = cast2(dg[0] * s, dg[1] * s, fmt), bu[k / 2] = cast2(du[0] * s, du[1] * s, fmt);
     }
     if (q) {
       *reinterpret_cast<uint2*>(q + size_t(r) * C2 + f) = *reinterpret_cast<const uint2*>(bg);
@@ -222,24 +255,14 @@ __global__ void __launch_bounds__(kThreads)
       *reinterpret_cast<uint2*>(&tile[lr][tile_col(lr, kHalf + lf)]) = *reinterpret_cast<const uint2*>(bu);
     }
   }
-  if (record) block_amax(record, m);
+  if (record) block_amax(record, m);  // its barrier also orders the tile's writes
   if (!qt) return;
   __syncthreads();
-  // qt row c (c < F: d gate's column c; F + c: d up's) holds kRows bytes of this tile.
-  for (int i = threadIdx.x; i < kCols * (kRows / 16); i += kThreads) {
-    const int lc = i / (kRows / 16), lr = (i % (kRows / 16)) * 16, r = r0 + lr;
+  // qt row F0 + f (F0 = 0: d gate's column f; F: d up's) holds kRows bytes of this tile.
+  store_transposed(qt, tile, r0, N, [&](int lc) {
     const int f = f0 + lc % kHalf;
-    if (f >= F || r >= N) continue;
-    const size_t at = (size_t(lc < kHalf ? 0 : F) + f) * N + r;
-    if (r + 16 <= N && N % 16 == 0 && reinterpret_cast<uintptr_t>(qt) % 16 == 0) {
-      __align__(16) uint8_t v[16];
-#pragma unroll
-      for (int k = 0; k < 16; k++) v[k] = tile[lr + k][tile_col(lr, lc)];
-      *reinterpret_cast<uint4*>(qt + at) = *reinterpret_cast<const uint4*>(v);
-    } else {
-      for (int k = 0; k < 16 && r + k < N; k++) qt[at + k] = tile[lr + k][tile_col(lr, lc)];
-    }
-  }
+    return f < F ? (lc < kHalf ? 0 : F) + f : -1;
+  });
 }
 
 // The SwiGLU forward cast straight to FP8 with a given scale: a block takes a kRows x
@@ -248,7 +271,7 @@ __global__ void __launch_bounds__(kThreads)
 // its amax. Each value is rounded to T first: the bits of swiglu_forward followed by
 // fp8_quantize. F % 8 == 0; gu 16-byte and q 8-byte aligned.
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     swiglu_forward_fp8_kernel(uint8_t* __restrict__ q, uint8_t* __restrict__ qt, const float* inv_scale,
                               unsigned* record, const T* __restrict__ gu, int N, int F,
                               __nv_fp8_interpretation_t fmt) {
@@ -257,25 +280,29 @@ __global__ void __launch_bounds__(kThreads)
   const int r0 = blockIdx.y * kRows, c0 = blockIdx.x * kCols;
   const size_t C2 = size_t(2) * F;
   unsigned m = 0;
-  float g[kPacksPerThread][8], u[kPacksPerThread][8];
+  Pack8<T> g[kPacksPerThread], u[kPacksPerThread];
 #pragma unroll
   for (int p = 0; p < kPacksPerThread; p++) {
     const int i = threadIdx.x + p * kThreads, r = r0 + i / (kCols / 8), c = c0 + (i % (kCols / 8)) * 8;
     if (r >= N || c >= F) continue;
-    load8(gu + size_t(r) * C2 + c, g[p]);
-    load8(gu + size_t(r) * C2 + F + c, u[p]);
+    g[p].load(gu + size_t(r) * C2 + c);
+    u[p].load(gu + size_t(r) * C2 + F + c);
   }
 #pragma unroll
   for (int p = 0; p < kPacksPerThread; p++) {
     const int i = threadIdx.x + p * kThreads, lr = i / (kCols / 8), lc = (i % (kCols / 8)) * 8, r = r0 + lr,
               c = c0 + lc;
     if (r >= N || c >= F) continue;
-    __align__(8) uint8_t b[8];
+    __align__(8) uint16_t b[4];
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-      const float y = to_float(from_float<T>(swiglu_value(g[p][k], u[p][k])));
-      m = max(m, abs_bits(y));
-      b[k] = cast(y * s, fmt);
+    for (int k = 0; k < 8; k += 2) {
+      float y[2];
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        y[h] = to_float(from_float<T>(swiglu_value(g[p][k + h], u[p][k + h])));
+        m = max(m, abs_bits(y[h]));
+      }
+      b[k / 2] = cast2(y[0] * s, y[1] * s, fmt);
     }
     if (q) *reinterpret_cast<uint2*>(q + size_t(r) * F + c) = *reinterpret_cast<const uint2*>(b);
     if (qt) *reinterpret_cast<uint2*>(&tile[lr][tile_col(lr, lc)]) = *reinterpret_cast<const uint2*>(b);
@@ -283,7 +310,7 @@ __global__ void __launch_bounds__(kThreads)
   if (record) block_amax(record, m);  // its barrier also orders the tile's writes
   if (!qt) return;
   __syncthreads();
-  store_transposed(qt, tile, r0, c0, N, F);
+  store_transposed(qt, tile, r0, N, [&](int lc) { return c0 + lc < F ? c0 + lc : -1; });
 }
 
 // Delayed scaling's step: one thread per tensor.
