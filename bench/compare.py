@@ -39,7 +39,7 @@ def ours(run_dir, warmup):
     tps = per_step * len(timed) / seconds / summary["world"]
     tflops = tps * summary["flops_per_token"] / 1e12
     cfg = open(os.path.join(run_dir, "config.toml")).read()
-    rc, mm, model, scaling, layers = "none", "bf16", "?", "current", "gate_up,down"
+    rc, mm, model, scaling, layers, fast = "none", "bf16", "?", "current", "gate_up,down", "true"
     for line in cfg.splitlines():
         key = line.split("=", 1)[0].strip()
         val = line.split("=", 1)[1].strip().strip('"') if "=" in line else ""
@@ -49,12 +49,16 @@ def ours(run_dir, warmup):
             mm = val
         elif key == "fp8_scaling":
             scaling = val
+        elif key == "fp8_fast_accum":
+            fast = val
         elif key == "fp8_layers":  # a TOML list: ["gate_up", "down"]
             layers = ",".join(x.strip().strip('"') for x in val.strip("[]").split(",") if x.strip())
         elif key == "preset":
             model = val
     if mm == "fp8" and scaling == "delayed":
         mm = "fp8-delayed"
+    if mm.startswith("fp8") and fast == "false":
+        mm += "-exact"
     if mm.startswith("fp8") and layers != "gate_up,down":  # not the default layers
         mm += "@" + layers
     act = None

@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "backend/op_checks.h"
@@ -289,7 +290,7 @@ void Backend::fp8_roll_scales(Tensor inv_scale, int stride, Tensor amax, Tensor 
 }
 
 void Backend::matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K,
-                         int N, bool accumulate) {
+                         int N, bool accumulate, bool fast_accum) {
   const char* op = "matmul_fp8";
   check_dim(op, "M", M), check_dim(op, "K", K), check_dim(op, "N", N);
   ST_CHECK(M % 16 == 0 && K % 16 == 0 && N % 16 == 0, op, ": M, K and N must be multiples of 16, got M=", M,
@@ -312,7 +313,7 @@ void Backend::matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_
   }
   check_buf(op, "out", out, od, size_t(M) * N);
   if (!bias.empty()) check_buf(op, "bias", bias, od, N);
-  do_matmul_fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate);
+  do_matmul_fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate, fast_accum);
 }
 
 // ---- RoPE and attention -------------------------------------------------------------
@@ -438,6 +439,32 @@ void Backend::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N,
   check_buf(op, "targets", targets, DType::I32, N);
   check_ids(op, "target", targets, N, V, true, ignore_index);
   do_cross_entropy(losses, logits, targets, N, V, ignore_index, dloss_scale, grad);
+}
+
+float Backend::dlogits_fp8_scale(float dloss_scale) {
+  return fp8_scale(std::fabs(dloss_scale), fp8_spec(Fp8Format::E5M2).max_finite);
+}
+
+void Backend::cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale, Tensor targets, int N,
+                                int V, int ignore_index, float dloss_scale) {
+  const char* op = "cross_entropy_fp8";
+  check_dim(op, "N", N), check_dim(op, "V", V);
+  DType dt = act_dtype(op, "logits", logits);
+  check_buf(op, "losses", losses, side_dtype(dt), N);
+  check_buf(op, "logits", logits, dt, size_t(N) * V);
+  check_buf(op, "dq", dq, DType::F8E5M2, size_t(N) * V);
+  check_buf(op, "inv_scale", inv_scale, DType::F32, 1);
+  check_buf(op, "targets", targets, DType::I32, N);
+  check_ids(op, "target", targets, N, V, true, ignore_index);
+  do_cross_entropy_fp8(losses, logits, dq, inv_scale, targets, N, V, ignore_index, dloss_scale);
+}
+
+// The composition, for backends without a fused kernel: the same bits by definition.
+void Backend::do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale, Tensor targets, int N,
+                                   int V, int ignore_index, float dloss_scale) {
+  do_cross_entropy(losses, logits, targets, N, V, ignore_index, dloss_scale, true);
+  do_fill(inv_scale, 1.0 / double(dlogits_fp8_scale(dloss_scale)));
+  do_fp8_quantize(dq, Tensor{}, inv_scale, logits, N, V, true, Tensor{});
 }
 
 // ---- AdamW ----------------------------------------------------------------------------

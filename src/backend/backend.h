@@ -164,8 +164,11 @@ class Backend {
   // a, b: fp8, not both e5m2; a_inv, b_inv (1, F32) from fp8_quantize. out: the
   // activation dtype, overwritten; or, with `accumulate`, the parameter-gradient dtype,
   // added to (+=, no bias). M, K and N are multiples of 16 (the FP8 tensor cores').
+  // fast_accum: the tensor cores may keep the running sum in their own narrower
+  // accumulator without promoting it to fp32 along K (faster; a GPU choice: the CPU's
+  // emulation accumulates exactly either way).
   void matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
-                  bool accumulate);
+                  bool accumulate, bool fast_accum = false);
   // "" when this backend computes the two ops above, else why it cannot (a GPU without
   // FP8 tensor cores): a run asking for fp8 is refused with it before it allocates.
   virtual std::string fp8_unsupported_reason() const { return ""; }
@@ -213,6 +216,16 @@ class Backend {
   // Targets outside [0,V) other than ignore_index are an error.
   void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index, float dloss_scale,
                      bool grad);
+  // cross_entropy with grad whose dlogits also go to dq (N, V; e5m2), cast in the same
+  // pass for the lm_head's FP8 input gradient. |dlogits| <= |dloss_scale| bounds them,
+  // so their scale is known before they exist: s = fp8_scale(|dloss_scale|, e5m2's
+  // largest finite), and inv_scale (1, F32) is set to 1 / s. dq = fp8_quantize(dlogits
+  // as written to logits, that scale), bit for bit; a backend without a fused kernel
+  // does exactly that.
+  void cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale, Tensor targets, int N, int V,
+                         int ignore_index, float dloss_scale);
+  // The scale cross_entropy_fp8 casts with.
+  static float dlogits_fp8_scale(float dloss_scale);
 
   // ---- optimizer: AdamW with decoupled weight decay and bias correction ---------
   // param, grad, m, v (n) are F32. Caller passes weight_decay = 0 for no-decay spans.
@@ -288,7 +301,7 @@ class Backend {
   virtual void do_fp8_roll_scales(Tensor inv_scale, int stride, Tensor amax, Tensor history, int n, int len, int pos,
                                   Fp8Format format) = 0;
   virtual void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K,
-                             int N, bool accumulate) = 0;
+                             int N, bool accumulate, bool fast_accum) = 0;
   // sign +1: rope_forward; -1: rope_backward.
   virtual void do_rope(Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) = 0;
   virtual void do_attention_forward(Tensor out, Tensor lse, Tensor qkv, int B, int T, int H, int KV, int hd) = 0;
@@ -301,6 +314,8 @@ class Backend {
   virtual void do_swiglu_forward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor gu, int N, int F);
   virtual void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
                                 float dloss_scale, bool grad) = 0;
+  virtual void do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale, Tensor targets, int N,
+                                    int V, int ignore_index, float dloss_scale);
   virtual void do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) = 0;
   virtual void do_adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
                              const AdamWParams& p) {

@@ -461,10 +461,10 @@ void ProfilingBackend::do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Te
 }
 
 void ProfilingBackend::do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M,
-                                     int K, int N, bool accumulate) {
-  if (!open_) return inner_.do_matmul_fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate);
-  timed("matmul_fp8 " + matmul_tag(M, K, N) + (accumulate ? " +=" : ""), true, 2.0 * M * K * N,
-        [&] { inner_.do_matmul_fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate); });
+                                     int K, int N, bool accumulate, bool fast_accum) {
+  if (!open_) return inner_.do_matmul_fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate, fast_accum);
+  timed("matmul_fp8 " + matmul_tag(M, K, N) + (accumulate ? " +=" : "") + (fast_accum ? " fast" : ""), true,
+        2.0 * M * K * N, [&] { inner_.do_matmul_fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate, fast_accum); });
 }
 
 void ProfilingBackend::do_rope(Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) {
@@ -537,6 +537,16 @@ void ProfilingBackend::do_cross_entropy(Tensor losses, Tensor logits, Tensor tar
   timed(grad ? "cross_entropy" : "cross_entropy (no grad)", false,
         nv * es(logits) * (grad ? 2 : 1) + N * (es(targets) + es(losses)),
         [&] { inner_.do_cross_entropy(losses, logits, targets, N, V, ignore_index, dloss_scale, grad); });
+}
+
+void ProfilingBackend::do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale,
+                                            Tensor targets, int N, int V, int ignore_index, float dloss_scale) {
+  if (!open_) return inner_.do_cross_entropy_fp8(losses, logits, dq, inv_scale, targets, N, V, ignore_index, dloss_scale);
+  const double nv = static_cast<double>(N) * V;
+  // As cross_entropy with grad, and the e5m2 copy of the gradient written too.
+  timed("cross_entropy +e5m2", false, nv * (es(logits) * 2 + 1) + N * (es(targets) + es(losses)), [&] {
+    inner_.do_cross_entropy_fp8(losses, logits, dq, inv_scale, targets, N, V, ignore_index, dloss_scale);
+  });
 }
 
 void ProfilingBackend::do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) {

@@ -182,7 +182,7 @@ class ProfilingBackend : public Backend {
     inner_.do_fp8_roll_scales(inv_scale, stride, amax, history, n, len, pos, format);
   }
   void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
-                     bool accumulate) override;
+                     bool accumulate, bool fast_accum) override;
 
   void do_rope(Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) override;
 
@@ -198,6 +198,8 @@ class ProfilingBackend : public Backend {
 
   void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
                         float dloss_scale, bool grad) override;
+  void do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale, Tensor targets, int N, int V,
+                            int ignore_index, float dloss_scale) override;
 
   void do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) override;
   void do_adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,

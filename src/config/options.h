@@ -28,10 +28,12 @@ struct TrainOptions {           // [train]
   std::string recompute = "none";  // one of recompute_choices() (model/qwen2.h acts on it)
   std::string matmul_dtype = "bf16";  // one of matmul_dtypes(): the blocks' linear layers
   std::string fp8_scaling = "current";  // one of fp8_scalings(): how fp8 casts pick their scales
-  // With fp8: which of each block's linear layers (fp8_layer_kinds()) compute in FP8,
-  // and how many blocks at each end of the stack keep them all in bf16.
+  // With fp8: which linear layers (fp8_layer_kinds(): the blocks' kinds and the
+  // lm_head) compute in FP8, and how many blocks at each end of the stack keep theirs
+  // all in bf16.
   std::vector<std::string> fp8_layers = {"gate_up", "down"};
   int fp8_bf16_end_blocks = 0;
+  bool fp8_fast_accum = true;  // with fp8: the forward GEMMs use the tensor cores' fast accumulation
   std::string offload = "none";       // one of offload_choices(): state kept in pinned host memory
 };
 
@@ -99,7 +101,7 @@ const std::vector<std::string>& train_devices();             // train.device: cp
 const std::vector<std::string>& recompute_choices();         // train.recompute: none, norm, swiglu, ffn, attn, block
 const std::vector<std::string>& matmul_dtypes();             // train.matmul_dtype: bf16, fp8
 const std::vector<std::string>& fp8_scalings();              // train.fp8_scaling: current, delayed
-const std::vector<std::string>& fp8_layer_kinds();           // train.fp8_layers: qkv, o, gate_up, down
+const std::vector<std::string>& fp8_layer_kinds();           // train.fp8_layers: qkv, o, gate_up, down, lm_head
 const std::vector<std::string>& offload_choices();           // train.offload: none, optimizer, optimizer+master
 const std::vector<std::string>& state_dtypes();              // optim.state_dtype, optim.master_dtype: fp32, bf16
 const std::vector<std::string>& data_sources();              // data.source: random, text, tokens

@@ -50,8 +50,8 @@ std::vector<Key> run_config_keys(RunConfig& c) {
       {"train.matmul_dtype", &c.train.matmul_dtype,
        "precision of the transformer blocks' linear layers: bf16 (the compute dtype; f32 on the CPU) or fp8 (those "
        "train.fp8_layers names: e4m3 weights and activations, e5m2 gradients, per-tensor scales, fp32 "
-       "accumulation; sm_89/sm_90 GPUs, emulated exactly on the CPU). Master weights, optimizer state, attention "
-       "and the lm_head are unchanged, so checkpoints are the same and a run may switch on resume",
+       "accumulation; sm_89/sm_90 GPUs, emulated exactly on the CPU). Master weights, optimizer state and "
+       "attention are unchanged, so checkpoints are the same and a run may switch on resume",
        {}, matmul_dtypes()},
       {"train.fp8_scaling", &c.train.fp8_scaling,
        "how train.matmul_dtype=fp8 scales activations and gradients: current (each cast reads the tensor twice: "
@@ -61,15 +61,22 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "saturate to the format's largest",
        {}, fp8_scalings()},
       {"train.fp8_layers", &c.train.fp8_layers,
-       "with train.matmul_dtype=fp8: which of each block's linear layers compute in FP8 (the others, and the "
-       "lm_head, in bf16): any of qkv, o, gate_up, down (comma-separated on the command line). The default, the "
-       "MLP's two, keeps the attention projections (about an eighth of the blocks' matmul FLOPs) in bf16: with them "
-       "in FP8 the loss ran 0.9% above bf16's, without them as close as a second bf16 run (docs/performance.md)",
+       "with train.matmul_dtype=fp8: which linear layers compute in FP8 (the others in bf16): any of each block's "
+       "qkv, o, gate_up, down, and lm_head (comma-separated on the command line). The default, the MLP's two, keeps "
+       "the attention projections (about an eighth of the blocks' matmul FLOPs) in bf16: with them in FP8 the loss "
+       "ran 0.9% above bf16's, without them as close as a second bf16 run (docs/performance.md). lm_head: its "
+       "forward and input gradient in FP8 (the logits' gradient as e5m2, scaled by its known bound), its weight "
+       "gradient in bf16",
        {}, fp8_layer_kinds()},
       {"train.fp8_bf16_end_blocks", &c.train.fp8_bf16_end_blocks,
        "with train.matmul_dtype=fp8: this many blocks at each end of the stack (the first N and the last N) keep "
        "all their linear layers in bf16",
        at_least(0)},
+      {"train.fp8_fast_accum", &c.train.fp8_fast_accum,
+       "with train.matmul_dtype=fp8: the forward GEMMs (e4m3 x e4m3) accumulate in the tensor cores' own faster, "
+       "narrower accumulator; the backward's (with an e5m2 gradient) always promote their sums to fp32 along the "
+       "way (Transformer Engine's default split). false: every FP8 GEMM promotes. A GPU choice: the CPU's "
+       "emulation accumulates exactly either way"},
       {"train.offload", &c.train.offload,
        "optimizer state kept in page-locked host memory instead of the GPU's, each unit's streamed through the "
        "GPU for its update: none, optimizer (AdamW's m and v), optimizer+master (and the master weights; the GPU "

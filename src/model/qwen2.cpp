@@ -32,6 +32,7 @@ Fp8Options Fp8Options::from(const TrainOptions& t) {
     o.kinds |= 1u << (it - kinds.begin());
   }
   o.bf16_end_blocks = t.fp8_bf16_end_blocks;
+  o.fast_accum = t.fp8_fast_accum;
   return o;
 }
 
@@ -142,7 +143,7 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
   make(dsw_, dt_, N * F);
   make(tmp_, dt_, N * C);
   if (fp8_) {
-    const std::string why = fp8_shape_problem(c, B, T);
+    const std::string why = fp8_shape_problem(c, B, T, fp8.lm_head());
     ST_CHECK(why.empty(), "train.matmul_dtype=fp8: ", why);
     const size_t A = size_t(H_) * hd_, QKV = QKV_;
     make(xq_, DType::F8E4M3, N * std::max({C, A, F}));
@@ -152,17 +153,26 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
     make(scales_, DType::F32, size_t(L_) * 4 * 3 * 4);
     make(amax_, DType::F32, size_t(L_) * 4 * 2);
     make(history_, DType::F32, size_t(L_) * 4 * 2 * kFp8History);
+    if (fp8.lm_head()) {
+      ST_CHECK(chunk_ % 16 == 0, "train.fp8_layers=lm_head: the logits' chunk of ", chunk_,
+               " rows is not a multiple of 16");
+      make(head_wq_, DType::F8E4M3, size_t(V_) * C);
+      make(head_wqt_, DType::F8E4M3, size_t(V_) * C);
+      make(head_dq_, DType::F8E5M2, size_t(chunk_) * V_);
+      make(head_scales_, DType::F32, 3 * 4);
+    }
   }
 }
 
-std::string Qwen2Model::fp8_shape_problem(const ModelConfig& c, int64_t B, int64_t T) {
+std::string Qwen2Model::fp8_shape_problem(const ModelConfig& c, int64_t B, int64_t T, bool lm_head) {
   const int64_t hd = c.num_heads > 0 ? c.head_dim() : 0;
   const std::pair<const char*, int64_t> dims[] = {
       {"hidden_size", c.hidden_size},
       {"num_heads * head_dim", c.num_heads * hd},
       {"(num_heads + 2 * num_kv_heads) * head_dim", (c.num_heads + 2 * int64_t(c.num_kv_heads)) * hd},
       {"intermediate_size", c.intermediate_size},
-      {"micro_batch * seq_len (tokens per micro-batch)", B * T}};
+      {"micro_batch * seq_len (tokens per micro-batch)", B * T},
+      {"vocab_size (with the lm_head in FP8)", lm_head ? c.vocab_size : 0}};
   for (const auto& [name, v] : dims)
     if (v % 16 != 0)
       return std::string(name) + " = " + std::to_string(v) +
@@ -202,7 +212,7 @@ void Qwen2Model::linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor
     be_.fp8_quantize(xq_, input_dropped(slot) ? Tensor{} : kept_xt(slot), x_inv, x, N_, IC, fp8_given(),
                      fp8_delayed_ && recording_ ? fp8_amax(0, slot) : Tensor{});
   be_.fp8_quantize(wq_, Tensor{}, w_inv, w, OC, IC);
-  be_.matmul_fp8(out, xq_, x_inv, wq_, w_inv, b, N_, IC, OC, false);
+  be_.matmul_fp8(out, xq_, x_inv, wq_, w_inv, b, N_, IC, OC, false, fp8_opts_.fast_accum);
 }
 
 // dx (N, IC) = dout (N, OC) · W: a = dout (e5m2), b = Wᵀ (IC, OC);
@@ -280,6 +290,7 @@ uint64_t Qwen2Model::activation_bytes_for(const ModelConfig& c, DType dtype, int
     const U A = H * hd;
     bytes += N * std::max({C, A, F}) + std::max({QKV * C, C * A, 2 * F * C, C * F}) +
              2 * N * std::max({QKV, C, 2 * F}) + L * 4 * 3 * 4 * 4 + L * 4 * 2 * 4 + L * 4 * 2 * kFp8History * 4;
+    if (fp8_opts.lm_head()) bytes += 2 * V * C + chunk * V + 3 * 4 * 4;  // head_wq_, head_wqt_, head_dq_, head_scales_
   }
   return bytes > std::numeric_limits<uint64_t>::max() ? std::numeric_limits<uint64_t>::max()
                                                        : static_cast<uint64_t>(bytes);
@@ -338,11 +349,24 @@ void Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int i
   Tensor dw_lm = grad ? params.grad(hu).slice(layout_.lm_head_offset(), V * C) : Tensor{};
   Tensor logits_f32;
   if (logits_out && dt_ != DType::F32) logits_f32 = be_.alloc(DType::F32, static_cast<size_t>(chunk_) * V);
+  // An FP8 lm_head: the final norm's output and the weight cast once (current scaling),
+  // the weight in both layouts when the input gradient follows.
+  const bool fp8 = fp8_opts_.lm_head();
+  Tensor x_inv, w_inv, d_inv;
+  if (fp8) {
+    x_inv = head_scales_.slice(0, 1), w_inv = head_scales_.slice(4, 1), d_inv = head_scales_.slice(8, 1);
+    be_.fp8_quantize(xq_, Tensor{}, x_inv, lnf_, N_, C_);
+    be_.fp8_quantize(head_wq_, grad ? head_wqt_ : Tensor{}, w_inv, w_lm, V_, C_);
+  }
   for (int r0 = 0; r0 < N_; r0 += chunk_) {
     const int rows = std::min(chunk_, N_ - r0);
     Tensor logits = logits_.slice(0, rows * V);                   // (rows, V)
     Tensor x = lnf_.slice(static_cast<size_t>(r0) * C, rows * C);  // (rows, C)
-    be_.matmul_forward(logits, x, w_lm, Tensor{}, rows, C_, V_);
+    if (fp8)
+      be_.matmul_fp8(logits, xq_.slice(static_cast<size_t>(r0) * C, rows * C), x_inv, head_wq_, w_inv, Tensor{}, rows,
+                     C_, V_, false, fp8_opts_.fast_accum);
+    else
+      be_.matmul_forward(logits, x, w_lm, Tensor{}, rows, C_, V_);
     if (logits_out) {
       float* dst = logits_out + static_cast<size_t>(r0) * V;
       if (dt_ == DType::F32) {
@@ -353,11 +377,19 @@ void Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int i
         be_.download(dst, f);
       }
     }
+    Tensor dx = grad ? dln_.slice(static_cast<size_t>(r0) * C, rows * C) : Tensor{};
+    if (grad && fp8) {  // dlogits (in logits) and their e5m2 copy; dx = dlogits · W in FP8, dW in bf16
+      Tensor dq = head_dq_.slice(0, size_t(rows) * V);
+      be_.cross_entropy_fp8(losses_.slice(r0, rows), logits, dq, d_inv, targets_.slice(r0, rows), rows, V_,
+                            ignore_index, dloss_scale);
+      be_.matmul_fp8(dx, dq, d_inv, head_wqt_, w_inv, Tensor{}, rows, V_, C_, false);
+      be_.matmul_backward(Tensor{}, dw_lm, Tensor{}, logits, x, w_lm, rows, C_, V_);
+      continue;
+    }
     be_.cross_entropy(losses_.slice(r0, rows), logits, targets_.slice(r0, rows), rows, V_, ignore_index,
                       dloss_scale, grad);
     if (grad)  // logits now hold dlogits
-      be_.matmul_backward(dln_.slice(static_cast<size_t>(r0) * C, rows * C), dw_lm, Tensor{}, logits, x, w_lm,
-                          rows, C_, V_);
+      be_.matmul_backward(dx, dw_lm, Tensor{}, logits, x, w_lm, rows, C_, V_);
   }
   if (!logits_f32.empty()) be_.free(logits_f32);
 

@@ -35,11 +35,15 @@ Recompute parse_recompute(const std::string& name);   // an error naming the cho
 struct Fp8Options {
   bool on = false;       // train.matmul_dtype = "fp8"
   bool delayed = false;  // train.fp8_scaling = "delayed"
-  // Bit k: the layer kind of slot k in every block (0 qkv, 1 o, 2 gate|up, 3 down;
-  // train.fp8_layers, in fp8_layer_kinds()'s order).
+  // Bit k < 4: the layer kind of slot k in every block (0 qkv, 1 o, 2 gate|up, 3 down);
+  // bit 4: the lm_head (train.fp8_layers, in fp8_layer_kinds()'s order).
   unsigned kinds = 0xF;
   int bf16_end_blocks = 0;  // the first and the last this many blocks stay in bf16
-  // From the run's [train] keys (matmul_dtype, fp8_scaling, fp8_layers, fp8_bf16_end_blocks).
+  bool fast_accum = false;  // the forward GEMMs with the tensor cores' fast accumulation
+  static constexpr unsigned kLmHead = 1u << 4;
+  bool lm_head() const { return on && (kinds & kLmHead); }
+  // From the run's [train] keys (matmul_dtype, fp8_scaling, fp8_layers,
+  // fp8_bf16_end_blocks, fp8_fast_accum).
   static Fp8Options from(const TrainOptions& t);
 };
 
@@ -49,9 +53,12 @@ class Qwen2Model {
   // head_chunk: rows of logits materialised at a time by the lm_head + loss.
   // fp8.on: the blocks' linear layers (QKV, O, gate|up, down; those fp8.kinds and
   // fp8.bf16_end_blocks leave) compute in FP8 (train.matmul_dtype = "fp8"; e4m3 weights
-  // and activations, e5m2 gradients, per-tensor scales, fp32 accumulation); the lm_head
-  // and attention stay in `dtype`. Needs the hidden, q/kv, FFN and token (B*T)
-  // dimensions to be multiples of 16.
+  // and activations, e5m2 gradients, per-tensor scales, fp32 accumulation); attention
+  // stays in `dtype`, and so does the lm_head unless fp8.kinds names it: then its
+  // forward and input gradient run in FP8 (the logits' gradient cast by the loss kernel
+  // with the scale its bound gives, cross_entropy_fp8) and its weight gradient in
+  // `dtype`. Needs the hidden, q/kv, FFN and token (B*T) dimensions, and the vocabulary
+  // with an FP8 lm_head, to be multiples of 16.
   // fp8.delayed (train.fp8_scaling = "delayed"): activations and gradients are cast in
   // one pass with the scale of the largest amax of their last kFp8History steps
   // (begin_step), recording this step's amax as they go; the first step, with no
@@ -87,7 +94,8 @@ class Qwen2Model {
                                        Recompute recompute = Recompute::None, const Fp8Options& fp8 = {});
   // "" when the blocks' linear layers can run in FP8 at this shape, else why not
   // (a dimension that is not a multiple of 16, naming it).
-  static std::string fp8_shape_problem(const ModelConfig& c, int64_t B, int64_t T);
+  // lm_head: the lm_head in FP8 too (the vocabulary size checked as well).
+  static std::string fp8_shape_problem(const ModelConfig& c, int64_t B, int64_t T, bool lm_head = false);
 
  private:
   void forward_blocks(ParamProvider& params);
@@ -178,6 +186,11 @@ class Qwen2Model {
   // then of each output gradient (2 x L x 4); history_: the last kFp8History steps' of
   // each (delayed scaling).
   Tensor xq_, wq_, dq_, dqt_, scales_, amax_, history_;
+  // An FP8 lm_head (fp8_opts_.lm_head()): its weight cast (V, C) and transposed (C, V)
+  // (e4m3, current scaling, once a micro-batch), a chunk's logit gradient (chunk, V;
+  // e5m2), and the inverse scales of the final norm's output, the weight and that
+  // gradient (16-byte slots, as scales_).
+  Tensor head_wq_, head_wqt_, head_dq_, head_scales_;
   Tensor fp8_inv(int region, int slot) const;
   std::vector<Tensor*> owned_;
 };

@@ -175,6 +175,58 @@ TEST(Trainer, Fp8LayersAndEndBlocksChooseWhichMatmulsAreFp8) {
   EXPECT_EQ(describe_fp8_layers(middle), "QKV, O, gate|up, down in blocks 1-2 (blocks 0 and 3 all in bf16)");
 }
 
+// train.fp8_layers naming lm_head: the lm_head's forward and input gradient run in FP8
+// too (the loss casting its gradient), so the run is neither the blocks-only FP8 run
+// nor f32, stays near f32, repeats bit for bit, and recompute changes no bit; the lm_head
+// alone is a choice of its own; a vocabulary FP8 cannot take is refused, naming it.
+TEST(Trainer, Fp8LmHeadIsAChoiceOfItsOwn) {
+  RunConfig cfg = tiny_run(12);
+  const TrainResult f32 = train_on_cpu(cfg);
+  cfg.train.matmul_dtype = "fp8";
+  const TrainResult mlp = train_on_cpu(cfg);
+  RunConfig head = cfg, only = cfg;
+  head.train.fp8_layers = {"gate_up", "down", "lm_head"};
+  only.train.fp8_layers = {"lm_head"};
+  const TrainResult h = train_on_cpu(head), again = train_on_cpu(head), o = train_on_cpu(only);
+  ASSERT_EQ(h.losses.size(), f32.losses.size());
+  bool from_mlp = false, from_f32 = false;
+  for (size_t i = 0; i < h.losses.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(h.losses[i])) << "step " << i + 1;
+    EXPECT_NEAR(h.losses[i], f32.losses[i], 0.03 * f32.losses[i]) << "step " << i + 1;
+    EXPECT_NEAR(o.losses[i], f32.losses[i], 0.03 * f32.losses[i]) << "lm_head only, step " << i + 1;
+    EXPECT_EQ(h.losses[i], again.losses[i]) << "step " << i + 1;
+    from_mlp |= h.losses[i] != mlp.losses[i];
+    from_f32 |= o.losses[i] != f32.losses[i];
+  }
+  EXPECT_TRUE(from_mlp) << "lm_head in fp8_layers gave the blocks-only run's bits";
+  EXPECT_TRUE(from_f32) << "lm_head alone gave f32's bits";
+  RunConfig block = head;
+  block.train.recompute = "block";
+  block.train.steps = head.train.steps = 3;
+  const TrainResult a = train_on_cpu(head), b = train_on_cpu(block);
+  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+  auto be = make_cpu_backend();
+  EXPECT_NE(describe_matmul_dtype(head, *be).find("and the lm_head's forward and input gradient"), std::string::npos)
+      << describe_matmul_dtype(head, *be);
+  EXPECT_NE(describe_matmul_dtype(head, *be).find("the lm_head's weight gradient and attention in f32"),
+            std::string::npos)
+      << describe_matmul_dtype(head, *be);
+  EXPECT_NE(describe_matmul_dtype(cfg, *be).find("; lm_head and attention in f32"), std::string::npos)
+      << describe_matmul_dtype(cfg, *be);
+  EXPECT_EQ(describe_fp8_layers(only), "none (QKV, O, gate|up, down in bf16)");
+  RunConfig odd = head;
+  odd.model.vocab_size = 250;
+  try {
+    check_matmul_dtype(odd, *be);
+    ADD_FAILURE() << "vocab 250 with an FP8 lm_head was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find("vocab_size"), std::string::npos) << e.what();
+  }
+  odd.train.fp8_layers = {"gate_up", "down"};
+  EXPECT_NO_THROW(check_matmul_dtype(odd, *be)) << "the vocabulary matters only to an FP8 lm_head";
+}
+
 // optim.state_dtype / optim.master_dtype = bf16 (stochastic rounding): the run learns,
 // stays near the f32 run, and repeats bit for bit; train.offload streams the state
 // through staging buffers and changes no bit, with either dtype.
@@ -284,7 +336,12 @@ TEST(MemoryCheck, ActivationEstimateIsWhatTheModelAllocates) {
         // FP8's scratch and kept transposes too (at a shape it can run: 4 x 8 tokens): every
         // kind, the default (the MLP's), and the first and last block in bf16.
         for (const Fp8Options& o : {Fp8Options{.on = true}, Fp8Options{.on = true, .kinds = 0b1100},
-                                    Fp8Options{.on = true, .kinds = 0b0101, .bf16_end_blocks = 1}}) {
+                                    Fp8Options{.on = true, .kinds = 0b0101, .bf16_end_blocks = 1},
+                                    Fp8Options{.on = true, .kinds = 0b11100}}) {
+          if (o.lm_head() && chunk % 16 != 0) {  // an FP8 lm_head takes the logits 16 rows at a time at least
+            EXPECT_THROW(Qwen2Model(layout, *be, dt, 4, 8, chunk, parse_recompute(choice), o), Error);
+            continue;
+          }
           const Qwen2Model fp8(layout, *be, dt, 4, 8, chunk, parse_recompute(choice), o);
           EXPECT_EQ(Qwen2Model::activation_bytes_for(m, dt, 4, 8, chunk, parse_recompute(choice), o),
                     fp8.activation_bytes())

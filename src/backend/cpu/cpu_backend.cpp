@@ -251,8 +251,9 @@ class CpuBackend final : public Backend {
       inv_scale.as<float>()[size_t(i) * stride] = 1.0f / fp8_scale(m, fp8_spec(format).max_finite);
     }
   }
+  // fast_accum is the tensor cores' choice: the emulation accumulates exactly either way.
   void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
-                     bool accumulate) override {
+                     bool accumulate, bool /*fast_accum*/) override {
     dispatch(out.dtype, [&](auto tag) {
       using T = decltype(tag);
       std::vector<T> ad(size_t(M) * K), bd(size_t(N) * K), prod(size_t(M) * N);

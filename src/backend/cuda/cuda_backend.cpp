@@ -447,10 +447,10 @@ class CudaBackend final : public Backend {
                           stream_);
   }
   void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
-                     bool accumulate) override {
+                     bool accumulate, bool fast_accum) override {
     use_device();
     ST_CHECK(fp8_why_not_.empty(), "matmul_fp8: ", fp8_why_not_);
-    matmul_->fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate);
+    matmul_->fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate, fast_accum);
   }
 
   // ---- RoPE and attention -----------------------------------------------------------------
@@ -524,6 +524,17 @@ class CudaBackend final : public Backend {
       using T = decltype(tag);
       cuda::cross_entropy(losses.as<float>(), logits.as<T>(), targets.as<int32_t>(), N, V, ignore_index,
                           dloss_scale, grad, stream_);
+    });
+  }
+
+  void do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale, Tensor targets, int N, int V,
+                            int ignore_index, float dloss_scale) override {
+    use_device();
+    dispatch(logits.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::cross_entropy(losses.as<float>(), logits.as<T>(), targets.as<int32_t>(), N, V, ignore_index,
+                          dloss_scale, true, stream_, dq.as<uint8_t>(), dlogits_fp8_scale(dloss_scale),
+                          inv_scale.as<float>());
     });
   }
 

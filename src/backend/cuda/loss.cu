@@ -12,6 +12,10 @@
 // Reads 2x and writes 1x the row: V = 151936 bf16 logits are 297 KB a row. The kernel
 // takes ~50 registers a thread, so one block (row) per SM is resident: ~132 rows,
 // ~40 MB, in flight, which gives pass 2's re-read a fair chance in a 50 MB L2.
+// With dq (cross_entropy_fp8), pass 2 also writes each gradient value, as stored,
+// times the given scale s, as e5m2 (a pack's bytes in one store where aligned).
+#include <cuda_fp8.h>
+
 #include <cmath>
 #include <cstdint>
 
@@ -71,10 +75,34 @@ __device__ __forceinline__ RowSplit split_row(const T* row, int V) {
 // losses (N) F32; logits (N, V) in, dlogits out when grad; targets (N), in [0, V) or
 // ignore_index (the backend checks them first; a row whose target is neither gets a
 // NaN loss and no onehot term, rather than a read out of bounds).
+__device__ __forceinline__ uint8_t to_e5m2(float v) { return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2); }
+
+// A pack of gradient values (as stored) times s, as e5m2 at q (aligned: one store).
+template <class T>
+__device__ __forceinline__ void store_e5m2(uint8_t* q, const Pack<T>& v, float s, bool aligned) {
+  constexpr int P = kPack<T>;
+  __align__(8) uint16_t b[P / 2];
+#pragma unroll
+  for (int e = 0; e < P; e += 2)
+    b[e / 2] = __nv_cvt_float2_to_fp8x2(make_float2(to_float(v.v[e]) * s, to_float(v.v[e + 1]) * s), __NV_SATFINITE,
+                                        __NV_E5M2);
+  if (aligned) {
+    if constexpr (P == 8)
+      *reinterpret_cast<uint2*>(q) = *reinterpret_cast<const uint2*>(b);
+    else
+      *reinterpret_cast<uint32_t*>(q) = *reinterpret_cast<const uint32_t*>(b);
+  } else {
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(b);
+#pragma unroll
+    for (int e = 0; e < P; ++e) q[e] = bytes[e];
+  }
+}
+
+// dq, when not null: (N, V) e5m2 = fp8(dlogits * s), and *inv_scale = 1 / s (grad only).
 template <class T>
 __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, T* logits, const int32_t* targets,
                                                                  int V, int ignore_index, float dloss_scale,
-                                                                 bool grad) {
+                                                                 bool grad, uint8_t* dq, float s, float* inv_scale) {
   constexpr int P = kPack<T>;
   __shared__ MaxSum shared[kThreads / 32];
   __shared__ float s_lse2;
@@ -83,6 +111,9 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
   const RowSplit sp = split_row(x, V);
   T* body = x + sp.head;  // 16-byte aligned
   const int tgt = targets[r];
+  uint8_t* q = dq ? dq + size_t(r) * V : nullptr;
+  const bool q_aligned = q && reinterpret_cast<uintptr_t>(q + sp.head) % P == 0;
+  if (q && r == 0 && threadIdx.x == 0) *inv_scale = 1.0f / s;
   if (tgt == ignore_index) {
     if (threadIdx.x == 0) losses[r] = 0.0f;
     if (grad) {
@@ -92,6 +123,8 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
       for (int k = threadIdx.x; k < sp.packs; k += kThreads) store_pack_cs(body + size_t(k) * P, z);
       for (int i = threadIdx.x; i < sp.head; i += kThreads) x[i] = from_float<T>(0.0f);
       for (int i = sp.tail_start + threadIdx.x; i < V; i += kThreads) x[i] = from_float<T>(0.0f);
+      if (q)
+        for (int i = threadIdx.x; i < V; i += kThreads) q[i] = 0;
     }
     return;
   }
@@ -143,8 +176,13 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
     const float p = exp2f(fmaf(v, kLog2e, -lse2));
     return dloss_scale * (i == tgt ? p - 1.0f : p);
   };
-  for (int i = threadIdx.x; i < sp.head; i += kThreads) x[i] = from_float<T>(grad_of(to_float(x[i]), i));
-  for (int i = sp.tail_start + threadIdx.x; i < V; i += kThreads) x[i] = from_float<T>(grad_of(to_float(x[i]), i));
+  auto scalar = [&](int i) {
+    const T g = from_float<T>(grad_of(to_float(x[i]), i));
+    x[i] = g;
+    if (q) q[i] = to_e5m2(to_float(g) * s);
+  };
+  for (int i = threadIdx.x; i < sp.head; i += kThreads) scalar(i);
+  for (int i = sp.tail_start + threadIdx.x; i < V; i += kThreads) scalar(i);
   for (int k0 = threadIdx.x; k0 < sp.packs; k0 += kUnroll * kThreads) {
     Pack<T> v[kUnroll];
 #pragma unroll
@@ -158,6 +196,7 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
 #pragma unroll
         for (int e = 0; e < P; ++e) v[u].v[e] = from_float<T>(grad_of(to_float(v[u].v[e]), i0 + e));
         store_pack_cs(body + size_t(k) * P, v[u]);
+        if (q) store_e5m2(q + i0, v[u], s, q_aligned);
       }
     }
   }
@@ -167,12 +206,15 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
 
 template <class T>
 void cross_entropy(float* losses, T* logits, const int32_t* targets, int N, int V, int ignore_index,
-                   float dloss_scale, bool grad, cudaStream_t stream) {
-  cross_entropy_kernel<<<N, kThreads, 0, stream>>>(losses, logits, targets, V, ignore_index, dloss_scale, grad);
+                   float dloss_scale, bool grad, cudaStream_t stream, uint8_t* dq, float dq_scale, float* dq_inv) {
+  cross_entropy_kernel<<<N, kThreads, 0, stream>>>(losses, logits, targets, V, ignore_index, dloss_scale, grad,
+                                                   grad ? dq : nullptr, dq_scale, dq_inv);
   ST_CUDA_LAUNCHED("cross_entropy_kernel");
 }
 
-template void cross_entropy<float>(float*, float*, const int32_t*, int, int, int, float, bool, cudaStream_t);
-template void cross_entropy<bf16>(float*, bf16*, const int32_t*, int, int, int, float, bool, cudaStream_t);
+template void cross_entropy<float>(float*, float*, const int32_t*, int, int, int, float, bool, cudaStream_t, uint8_t*,
+                                   float, float*);
+template void cross_entropy<bf16>(float*, bf16*, const int32_t*, int, int, int, float, bool, cudaStream_t, uint8_t*,
+                                  float, float*);
 
 }  // namespace st::cuda

@@ -90,7 +90,6 @@ Matmul::Matmul(cudaStream_t stream) : stream_(stream) {
   workspace_bytes_ = kWorkspaceBytes;
   tuning_ = env_flag("SHARDTRAIN_GEMM_TUNE", false);
   verbose_ = env_flag("SHARDTRAIN_GEMM_VERBOSE", false);
-  fp8_fast_accum_ = env_flag("SHARDTRAIN_FP8_FAST_ACCUM", false);
   if (const char* f = std::getenv("SHARDTRAIN_GEMM_ALGO"); f && *f) {
     char* end = nullptr;
     const long k = std::strtol(f, &end, 10);
@@ -299,7 +298,7 @@ void Matmul::backward_weight(Tensor dweight, Tensor dout, Tensor inp, int N, int
 // Row-major out (M, N) = a (M, K) · b (N, K)ᵀ is column-major outᶜ (N, M) = bᶜᵀ · aᶜ:
 // A = b stored (K, N) with transa, B = a stored (K, M): m=N n=M k=K, lda = ldb = K.
 void Matmul::fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
-                 bool accumulate) {
+                 bool accumulate, bool fast_accum) {
   Gemm g{true, false, N, M, K, b.data, K, a.data, K, cuda_type(b.dtype), out.data, cuda_type(out.dtype),
          accumulate ? 1.0f : 0.0f};
   g.b_type = int(cuda_type(a.dtype));
@@ -313,7 +312,7 @@ void Matmul::fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Ten
     ST_CUDA(cudaMemcpyAsync(s + 64, g.b_scale, sizeof(float), cudaMemcpyDeviceToDevice, stream_));
     g.a_scale = s, g.b_scale = s + 64;
   }
-  g.fast_accum = fp8_fast_accum_;
+  g.fast_accum = fast_accum;
   gemm_with_bias(g, out, bias, M, N);
 }
 

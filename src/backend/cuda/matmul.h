@@ -41,9 +41,9 @@ class Matmul {
   // Backend::matmul_fp8 (a, b e4m3/e5m2; out BF16 or F32, F32 accumulated when
   // `accumulate`). Row-major NT is cuBLASLt's column-major TN, the one layout FP8
   // tensor cores take on sm_89 and sm_90. Split (fp32) accumulation unless
-  // SHARDTRAIN_FP8_FAST_ACCUM=1 allows the tensor cores' faster, narrower one.
+  // `fast_accum` allows the tensor cores' faster, narrower one.
   void fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
-           bool accumulate);
+           bool accumulate, bool fast_accum);
 
   size_t workspace_bytes() const { return workspace_bytes_; }
 
@@ -93,7 +93,6 @@ class Matmul {
   int forced_ = -1;  // SHARDTRAIN_GEMM_ALGO
   bool verbose_ = false;
   void* scales_ = nullptr;  // FP8: 16-byte aligned copies of the two scales (512 bytes)
-  bool fp8_fast_accum_ = false;  // SHARDTRAIN_FP8_FAST_ACCUM
   std::unordered_map<std::string, Cached> algos_;
 };
 

@@ -225,6 +225,46 @@ TEST_F(CpuFp8, SwigluForwardCastIsTheComposition) {
   expect_error([&] { be->swiglu_forward_fp8(q, qt, inv, a, gu, N, F + 1); }, {"gu holds"});
 }
 
+// The loss that also casts its gradient for an FP8 lm_head: cross_entropy with grad,
+// then fp8_quantize of the gradient with the scale its bound gives (|dlogits| <=
+// |dloss_scale|: nothing saturates, and the scale is the largest that fits it), that
+// scale's inverse set; an ignored row is zeros.
+TEST_F(CpuFp8, CrossEntropyCastIsTheComposition) {
+  const int N = 5, V = 40, ignore = -100;
+  const float dloss_scale = 1.0f / 37;
+  const size_t n = size_t(N) * V;
+  const Vec x = randv(n, -6, 6);
+  const std::vector<int32_t> tg = {3, ignore, 39, 0, 17};
+  Tensor l1 = make(DType::F32, N), l2 = make(DType::F32, N), g1 = make(DType::F32, n), g2 = make(DType::F32, n);
+  be->copy(g1, from(x));
+  be->copy(g2, from(x));
+  be->cross_entropy(l1, g1, ids(tg), N, V, ignore, dloss_scale, true);
+  Tensor q = make(DType::F8E5M2, n), q2 = make(DType::F8E5M2, n), inv = make(DType::F32, 1),
+         inv2 = make(DType::F32, 1);
+  const float s = Backend::dlogits_fp8_scale(dloss_scale);
+  EXPECT_EQ(s, fp8_scale(dloss_scale, 57344.0f));
+  EXPECT_EQ(s, 2097152.0f) << "57344 * 37 = 2121728: 2^21 is the power of two below it";
+  inv.as<float>()[0] = 1.0f / s;
+  be->fp8_quantize(q, Tensor{}, inv, g1, N, V, true);
+  be->cross_entropy_fp8(l2, g2, q2, inv2, ids(tg), N, V, ignore, dloss_scale);
+  EXPECT_EQ(get(l1), get(l2));
+  EXPECT_EQ(get(g1), get(g2)) << "the gradient in place, as cross_entropy writes it";
+  EXPECT_EQ(std::memcmp(q.as<uint8_t>(), q2.as<uint8_t>(), n), 0);
+  EXPECT_EQ(get(inv2)[0], 1.0 / s);
+  const Vec g = get(g2);
+  int nonzero = 0;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_LE(std::fabs(g[i]) * s, 57344.0) << "element " << i << " would saturate";
+    nonzero += q2.as<uint8_t>()[i] != 0;
+    if (i / V == 1) EXPECT_EQ(q2.as<uint8_t>()[i], 0) << "ignored row, element " << i % V;
+  }
+  EXPECT_GT(nonzero, 3 * V);
+  expect_error([&] { be->cross_entropy_fp8(l2, g2, q, inv2, ids(tg), N, V - 1, ignore, dloss_scale); },
+               {"cross_entropy_fp8"});
+  expect_error([&] { be->cross_entropy_fp8(l2, g2, g1, inv2, ids(tg), N, V, ignore, dloss_scale); },
+               {"dq", "f8e5m2"});
+}
+
 TEST_F(CpuFp8, MatmulIsTheDequantizedProductScaled) {
   const int M = 16, K = 32, N = 48;
   Tensor xa = make(DType::F32, size_t(M) * K), xb = make(DType::F32, size_t(N) * K);
@@ -357,7 +397,7 @@ TEST_F(CudaFp8, DelayedCastAndRollMatchTheEmulation) {
 // kernel leaves to the composition (F % 8 != 0).
 TEST_F(CudaFp8, SwigluBackwardCastMatchesTheEmulation) {
   for (DType dt : kBoth)
-    for (auto [N, F] : {std::pair{256, 64}, std::pair{200, 40}, std::pair{48, 96}, std::pair{32, 12}}) {
+    for (auto [N, F] : {std::pair{256, 64}, std::pair{200, 40}, std::pair{45, 24}, std::pair{48, 96}, std::pair{32, 12}}) {
       const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(N) + " F=" + std::to_string(F);
       Vec gu = randv_as(dt, size_t(N) * 2 * F, -3, 3), dy = randv_as(dt, size_t(N) * F, -2, 2);
       const size_t n = size_t(N) * 2 * F;
@@ -386,7 +426,7 @@ TEST_F(CudaFp8, SwigluBackwardCastMatchesTheEmulation) {
 
 TEST_F(CudaFp8, SwigluForwardCastMatchesTheEmulation) {
   for (DType dt : kBoth)
-    for (auto [N, F] : {std::pair{256, 128}, std::pair{200, 40}, std::pair{48, 96}, std::pair{32, 12}}) {
+    for (auto [N, F] : {std::pair{256, 128}, std::pair{200, 40}, std::pair{45, 24}, std::pair{48, 96}, std::pair{32, 12}}) {
       const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(N) + " F=" + std::to_string(F);
       Vec gu = randv_as(dt, size_t(N) * 2 * F, -4, 4);
       const size_t n = size_t(N) * F;
@@ -455,8 +495,45 @@ TEST_F(CudaFp8, MatmulMatchesTheEmulation) {
       gpu().copy(slots.slice(2, 1), gbi);
       gpu().matmul_fp8(go2, ga, slots.slice(1, 1), gb, slots.slice(2, 1), gpu_from(bias, DType::BF16), M, K, N, false);
       EXPECT_EQ(raw(go2), raw(go)) << what << " with scales at 4-byte offsets";
+      // The tensor cores' fast accumulation (the forward's, e4m3 x e4m3): the same
+      // product, summed with fewer bits.
+      if (fa == Fp8Format::E4M3) {
+        Tensor gof = gpu_poisoned(DType::BF16, size_t(M) * N);
+        gpu().matmul_fp8(gof, ga, gai, gb, gbi, gpu_from(bias, DType::BF16), M, K, N, false, true);
+        expect_close(what + " out (bf16, fast accumulation)", get(gof), cget(co), 2e-2);
+      }
     }
   }
+}
+
+// The loss kernel that writes the gradient's e5m2 copy too (an FP8 lm_head): the GPU's
+// own cross_entropy followed by its cast with the bound's scale, bit for bit: the
+// gradient, the losses, the codes and the inverse scale, at an aligned vocabulary and
+// at odd ones (rows that start off a 16-byte boundary: the scalar head and tail), with
+// an ignored row.
+TEST_F(CudaFp8, CrossEntropyCastMatchesTheComposition) {
+  const int ignore = -100;
+  for (DType dt : kBoth)
+    for (auto [N, V] : {std::pair{6, 4096}, std::pair{5, 1000}, std::pair{3, 77}}) {
+      const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(N) + " V=" + std::to_string(V);
+      const size_t n = size_t(N) * V;
+      const Vec x = randv_as(dt, n, -8, 8);
+      std::vector<int32_t> tg(N);
+      for (int i = 0; i < N; ++i) tg[i] = i == 1 ? ignore : int32_t(rng() % V);
+      const float dloss_scale = 1.0f / (3 * N);
+      Tensor g1 = gpu_from(x, dt), g2 = gpu_from(x, dt), l1 = make(gpu(), DType::F32, N),
+             l2 = make(gpu(), DType::F32, N);
+      gpu().cross_entropy(l1, g1, gpu_ids(tg), N, V, ignore, dloss_scale, true);
+      Tensor inv = gpu_from(Vec{1.0 / Backend::dlogits_fp8_scale(dloss_scale)}, DType::F32);
+      Tensor q = make(gpu(), DType::F8E5M2, n), q2 = gpu_poisoned(DType::F8E5M2, n);
+      gpu().fp8_quantize(q, Tensor{}, inv, g1, N, V, true);
+      Tensor inv2 = gpu_poisoned(DType::F32, 1);
+      gpu().cross_entropy_fp8(l2, g2, q2, inv2, gpu_ids(tg), N, V, ignore, dloss_scale);
+      EXPECT_EQ(raw(l2), raw(l1)) << what << " losses";
+      EXPECT_EQ(raw(g2), raw(g1)) << what << " gradient";
+      EXPECT_EQ(raw(q2), raw(q)) << what << " e5m2 codes";
+      EXPECT_EQ(get(inv2)[0], get(inv)[0]) << what << " inverse scale";
+    }
 }
 
 TEST_F(CudaFp8, HopperAndAdaComputeIt) {
