@@ -124,6 +124,12 @@ TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
   for (size_t i = 0; i < cm.losses.size(); ++i)
     EXPECT_LE(std::abs(gm.losses[i] - cm.losses[i]), 0.02 + 0.02 * cm.losses[i]) << "MLP only, step " << i + 1;
   EXPECT_NE(gm.losses, gd.losses) << "train.fp8_layers changed nothing on the GPU";
+  // The lm_head in FP8 too (the loss kernel writing its gradient as e5m2): the same.
+  cfg.train.fp8_layers = {"gate_up", "down", "lm_head"};
+  const TrainResult ch = train_one_rank(cfg, *cpu), gh = train_one_rank(cfg, *gpu);
+  for (size_t i = 0; i < ch.losses.size(); ++i)
+    EXPECT_LE(std::abs(gh.losses[i] - ch.losses[i]), 0.02 + 0.02 * ch.losses[i]) << "lm_head, step " << i + 1;
+  EXPECT_NE(gh.losses, gm.losses) << "lm_head in train.fp8_layers changed nothing on the GPU";
 }
 
 TEST(TrainGpu, FactoryMakesTheCudaBackend) {
