@@ -27,7 +27,7 @@ struct TrainOptions {           // [train]
   double peak_tflops = 0;       // MFU denominator; 0 = the device table
   std::string recompute = "none";  // one of recompute_choices() (model/qwen2.h acts on it)
   std::string matmul_dtype = "bf16";  // one of matmul_dtypes(): the blocks' linear layers
-  std::string fp8_scaling = "current";  // one of fp8_scalings(): how fp8 casts pick their scales
+  std::string fp8_scaling = "delayed";  // one of fp8_scalings(): how fp8 casts pick their scales
   // With fp8: which linear layers (fp8_layer_kinds(): the blocks' kinds and the
   // lm_head) compute in FP8, and how many blocks at each end of the stack keep theirs
   // all in bf16.

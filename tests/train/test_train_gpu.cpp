@@ -98,6 +98,7 @@ TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
   const TrainResult bf16 = train_one_rank(cfg, *gpu);
   cfg.train.matmul_dtype = "fp8";
   cfg.train.fp8_layers = {"qkv", "o", "gate_up", "down"};  // every kind (the default is the MLP's)
+  cfg.train.fp8_scaling = "current";                       // the default is delayed (below)
   auto cpu = make_cpu_backend();
   const TrainResult c = train_one_rank(cfg, *cpu);
   const TrainResult g = train_one_rank(cfg, *gpu);

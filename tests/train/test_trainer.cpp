@@ -100,8 +100,10 @@ TEST(Trainer, Fp8DelayedScalingTrainsLikeCurrentScaling) {
   const TrainResult f32 = train_on_cpu(cfg);
   cfg.train.matmul_dtype = "fp8";
   cfg.train.fp8_layers = {"qkv", "o", "gate_up", "down"};
+  cfg.train.fp8_scaling = "current";
   const TrainResult current = train_on_cpu(cfg);
   cfg.train.fp8_scaling = "delayed";
+  EXPECT_EQ(RunConfig{}.train.fp8_scaling, "delayed") << "the default";
   const TrainResult delayed = train_on_cpu(cfg), again = train_on_cpu(cfg);
   ASSERT_EQ(delayed.losses.size(), f32.losses.size());
   EXPECT_EQ(delayed.losses[0], current.losses[0]) << "step 1 has no history: current scaling";
