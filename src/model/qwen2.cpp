@@ -84,6 +84,12 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
   chunk_ = head_chunk > 0 ? std::min(head_chunk, N_) : N_;
   eps_ = static_cast<float>(c.rms_norm_eps);
   theta_ = static_cast<float>(c.rope_theta);
+  if (fp8_) {  // refused before anything is allocated (a throw here leaves nothing behind)
+    const std::string why = fp8_shape_problem(c, B, T, fp8.lm_head());
+    ST_CHECK(why.empty(), "train.matmul_dtype=fp8: ", why);
+    ST_CHECK(!fp8.lm_head() || chunk_ % 16 == 0, "train.fp8_layers=lm_head: the logits' chunk of ", chunk_,
+             " rows is not a multiple of 16");
+  }
 
   auto make = [&](Tensor& t, DType d, size_t n) {
     t = be_.alloc(d, n);
@@ -143,8 +149,6 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
   make(dsw_, dt_, N * F);
   make(tmp_, dt_, N * C);
   if (fp8_) {
-    const std::string why = fp8_shape_problem(c, B, T, fp8.lm_head());
-    ST_CHECK(why.empty(), "train.matmul_dtype=fp8: ", why);
     const size_t A = size_t(H_) * hd_, QKV = QKV_;
     make(xq_, DType::F8E4M3, N * std::max({C, A, F}));
     make(wq_, DType::F8E4M3, std::max({QKV * C, C * A, 2 * F * C, C * F}));
@@ -154,8 +158,6 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
     make(amax_, DType::F32, size_t(L_) * 4 * 2);
     make(history_, DType::F32, size_t(L_) * 4 * 2 * kFp8History);
     if (fp8.lm_head()) {
-      ST_CHECK(chunk_ % 16 == 0, "train.fp8_layers=lm_head: the logits' chunk of ", chunk_,
-               " rows is not a multiple of 16");
       make(head_wq_, DType::F8E4M3, size_t(V_) * C);
       make(head_wqt_, DType::F8E4M3, size_t(V_) * C);
       make(head_dq_, DType::F8E5M2, size_t(chunk_) * V_);
