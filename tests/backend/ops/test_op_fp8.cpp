@@ -525,7 +525,9 @@ TEST_F(CudaFp8, CrossEntropyCastMatchesTheComposition) {
              l2 = make(gpu(), DType::F32, N);
       gpu().cross_entropy(l1, g1, gpu_ids(tg), N, V, ignore, dloss_scale, true);
       Tensor inv = gpu_from(Vec{1.0 / Backend::dlogits_fp8_scale(dloss_scale)}, DType::F32);
-      Tensor q = make(gpu(), DType::F8E5M2, n), q2 = gpu_poisoned(DType::F8E5M2, n);
+      Tensor q = make(gpu(), DType::F8E5M2, n), q2 = make(gpu(), DType::F8E5M2, n);
+      const std::vector<uint8_t> nan_codes(n, 0x7f);  // e5m2 NaN: a code the kernel leaves shows
+      gpu().upload(q2, nan_codes.data());
       gpu().fp8_quantize(q, Tensor{}, inv, g1, N, V, true);
       Tensor inv2 = gpu_poisoned(DType::F32, 1);
       gpu().cross_entropy_fp8(l2, g2, q2, inv2, gpu_ids(tg), N, V, ignore, dloss_scale);
