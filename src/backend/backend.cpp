@@ -429,15 +429,19 @@ void Backend::do_swiglu_backward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tens
 
 // ---- cross-entropy --------------------------------------------------------------------
 
-void Backend::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
-                            float dloss_scale, bool grad) {
-  const char* op = "cross_entropy";
+void Backend::check_cross_entropy(const char* op, Tensor losses, Tensor logits, Tensor targets, int N, int V,
+                                  int ignore_index) {
   check_dim(op, "N", N), check_dim(op, "V", V);
   DType dt = act_dtype(op, "logits", logits);
   check_buf(op, "losses", losses, side_dtype(dt), N);
   check_buf(op, "logits", logits, dt, size_t(N) * V);
   check_buf(op, "targets", targets, DType::I32, N);
   check_ids(op, "target", targets, N, V, true, ignore_index);
+}
+
+void Backend::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
+                            float dloss_scale, bool grad) {
+  check_cross_entropy("cross_entropy", losses, logits, targets, N, V, ignore_index);
   do_cross_entropy(losses, logits, targets, N, V, ignore_index, dloss_scale, grad);
 }
 
@@ -448,14 +452,9 @@ float Backend::dlogits_fp8_scale(float dloss_scale) {
 void Backend::cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale, Tensor targets, int N,
                                 int V, int ignore_index, float dloss_scale) {
   const char* op = "cross_entropy_fp8";
-  check_dim(op, "N", N), check_dim(op, "V", V);
-  DType dt = act_dtype(op, "logits", logits);
-  check_buf(op, "losses", losses, side_dtype(dt), N);
-  check_buf(op, "logits", logits, dt, size_t(N) * V);
+  check_cross_entropy(op, losses, logits, targets, N, V, ignore_index);
   check_buf(op, "dq", dq, DType::F8E5M2, size_t(N) * V);
   check_buf(op, "inv_scale", inv_scale, DType::F32, 1);
-  check_buf(op, "targets", targets, DType::I32, N);
-  check_ids(op, "target", targets, N, V, true, ignore_index);
   do_cross_entropy_fp8(losses, logits, dq, inv_scale, targets, N, V, ignore_index, dloss_scale);
 }
 

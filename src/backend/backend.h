@@ -330,6 +330,10 @@ class Backend {
 
   void check_rope(const char* op, Tensor qkv, int B, int T, int H, int KV, int hd, float theta) const;
   void check_attention(const char* op, int B, int T, int H, int KV, int hd) const;
+  // cross_entropy's and cross_entropy_fp8's shared checks (dims, losses, logits,
+  // targets and their ids).
+  void check_cross_entropy(const char* op, Tensor losses, Tensor logits, Tensor targets, int N, int V,
+                           int ignore_index);
 };
 
 // The CPU reference backend (OpenBLAS GEMMs, fp32 and fp64).

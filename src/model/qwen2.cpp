@@ -69,7 +69,7 @@ Dropped dropped_by(Recompute r) {
 Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype, int B, int T, int head_chunk,
                        Recompute recompute, Fp8Options fp8)
     : layout_(layout), be_(backend), dt_(dtype), st_(dtype == DType::F64 ? DType::F64 : DType::F32), B_(B), T_(T),
-      recompute_(recompute), fp8_(fp8.on), fp8_delayed_(fp8.on && fp8.delayed), fp8_opts_(fp8) {
+      recompute_(recompute), fp8_opts_(fp8) {
   const ModelConfig& c = layout.config();
   ST_CHECK(B >= 1 && T >= 1, "micro-batch shape must be positive, got B=", B, " T=", T);
   N_ = B * T;
@@ -84,7 +84,7 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
   chunk_ = head_chunk > 0 ? std::min(head_chunk, N_) : N_;
   eps_ = static_cast<float>(c.rms_norm_eps);
   theta_ = static_cast<float>(c.rope_theta);
-  if (fp8_) {  // refused before anything is allocated (a throw here leaves nothing behind)
+  if (fp8_opts_.on) {  // refused before anything is allocated (a throw here leaves nothing behind)
     const std::string why = fp8_shape_problem(c, B, T, fp8.lm_head());
     ST_CHECK(why.empty(), "train.matmul_dtype=fp8: ", why);
     ST_CHECK(!fp8.lm_head() || chunk_ % 16 == 0, "train.fp8_layers=lm_head: the logits' chunk of ", chunk_,
@@ -148,7 +148,7 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
   make(dgu_, dt_, N * 2 * F);
   make(dsw_, dt_, N * F);
   make(tmp_, dt_, N * C);
-  if (fp8_) {
+  if (fp8_opts_.on) {
     const size_t A = size_t(H_) * hd_, QKV = QKV_;
     make(xq_, DType::F8E4M3, N * std::max({C, A, F}));
     make(wq_, DType::F8E4M3, std::max({QKV * C, C * A, 2 * F * C, C * F}));
@@ -187,7 +187,7 @@ Tensor Qwen2Model::fp8_inv(int region, int slot) const {
 }
 
 void Qwen2Model::begin_step() {
-  if (!fp8_delayed_) return;
+  if (!fp8_opts_.delayed_on()) return;
   if (fp8_begun_) {
     const int n = L_ * 4, len = kFp8History, pos = fp8_rolls_ % len;
     be_.fp8_roll_scales(scales_.slice(0, size_t(n) * 4), 4, amax_.slice(0, n), history_.slice(0, size_t(n) * len), n,
@@ -212,7 +212,7 @@ void Qwen2Model::linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor
   // x empty: xq_ already holds it (swiglu_forward_fp8).
   if (!x.empty())
     be_.fp8_quantize(xq_, input_dropped(slot) ? Tensor{} : kept_xt(slot), x_inv, x, N_, IC, fp8_given(),
-                     fp8_delayed_ && recording_ ? fp8_amax(0, slot) : Tensor{});
+                     fp8_opts_.delayed_on() && recording_ ? fp8_amax(0, slot) : Tensor{});
   be_.fp8_quantize(wq_, Tensor{}, w_inv, w, OC, IC);
   be_.matmul_fp8(out, xq_, x_inv, wq_, w_inv, b, N_, IC, OC, false, fp8_opts_.fast_accum);
 }
@@ -228,7 +228,7 @@ void Qwen2Model::linear_backward(int slot, Tensor dx, Tensor dw, Tensor db, Tens
   Tensor x_inv = fp8_inv(0, slot), w_inv = fp8_inv(1, slot), d_inv = fp8_inv(2, slot);
   if (!dout.empty())
     be_.fp8_quantize(dq_, dw.empty() ? Tensor{} : dqt_, d_inv, dout, N_, OC, fp8_given(),
-                     fp8_delayed_ ? fp8_amax(1, slot) : Tensor{});
+                     fp8_opts_.delayed_on() ? fp8_amax(1, slot) : Tensor{});
   if (!dx.empty()) {
     be_.fp8_quantize(Tensor{}, wq_, w_inv, w, OC, IC, true);
     be_.matmul_fp8(dx, dq_, d_inv, wq_, w_inv, Tensor{}, N_, OC, IC, false);

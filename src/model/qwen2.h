@@ -42,6 +42,7 @@ struct Fp8Options {
   bool fast_accum = false;  // the forward GEMMs with the tensor cores' fast accumulation
   static constexpr unsigned kLmHead = 1u << 4;
   bool lm_head() const { return on && (kinds & kLmHead); }
+  bool delayed_on() const { return on && delayed; }  // delayed scales to keep and roll
   // From the run's [train] keys (matmul_dtype, fp8_scaling, fp8_layers,
   // fp8_bf16_end_blocks, fp8_fast_accum).
   static Fp8Options from(const TrainOptions& t);
@@ -109,17 +110,17 @@ class Qwen2Model {
   // layer's (shared) buffers; w: the layer's gathered weights.
   void recompute_layer(int l, Tensor w);
   // The blocks' linear layers: matmul_forward / matmul_backward in the activation
-  // dtype, or through fp8_quantize + matmul_fp8 when fp8_. slot = 4 * layer + (0 qkv,
+  // dtype, or through fp8_quantize + matmul_fp8 when fp8_opts_.on. slot = 4 * layer + (0 qkv,
   // 1 o, 2 gate|up, 3 down): where the forward keeps its input's and weight's scales.
   void linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor b, int IC, int OC);
-  // Whether the linear layer of this slot computes in FP8 (fp8_ and its kind and block
+  // Whether the linear layer of this slot computes in FP8 (fp8_opts_.on and its kind and block
   // chosen), and whether its delayed scales are given (a history exists).
   bool fp8_at(int slot) const { return fp8_layer(fp8_opts_, L_, slot); }
   static bool fp8_layer(const Fp8Options& o, int L, int slot);
   // The FP8 input of slot kept transposed for its weight gradient, or empty (not FP8, or
   // the O projection, whose input attention's backward needs in bf16 anyway).
   Tensor kept_xt(int slot) const { return xt_[slot % 4].empty() ? Tensor{} : xt_[slot % 4][slot / 4]; }
-  bool fp8_given() const { return fp8_delayed_ && fp8_rolls_ > 0; }
+  bool fp8_given() const { return fp8_opts_.delayed_on() && fp8_rolls_ > 0; }
   // The amax_ element of slot's input (region 0) or output gradient (region 1).
   Tensor fp8_amax(int region, int slot) const { return amax_.slice(size_t(region) * L_ * 4 + size_t(slot), 1); }
   void linear_backward(int slot, Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, int IC, int OC);
@@ -142,7 +143,6 @@ class Qwen2Model {
   int B_, T_, N_, C_, F_, V_, H_, KV_, hd_, QKV_, L_, chunk_;
   float eps_, theta_;
   Recompute recompute_;
-  bool fp8_ = false, fp8_delayed_ = false;
   Fp8Options fp8_opts_;
   bool fp8_begun_ = false;  // begin_step has run: the next one rolls the history
   int fp8_rolls_ = 0;       // rolls so far: the scales are given once there is one
@@ -178,7 +178,7 @@ class Qwen2Model {
   Tensor dgu_;                     // (N, 2F)
   Tensor dsw_;                     // (N, F)
   Tensor tmp_;                     // (N, C)
-  // FP8 scratch (fp8_ only), reused by every linear layer: an input (N, IC) or its
+  // FP8 scratch (fp8_opts_.on only), reused by every linear layer: an input (N, IC) or its
   // transpose, a weight (OC, IC) or its transpose (e4m3); an output gradient (N, OC)
   // and its transpose (e5m2). scales_: the inverse scales per linear layer, one
   // 16-byte slot each (cuBLASLt reads them in place): input, weight and output

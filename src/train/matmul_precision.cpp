@@ -1,9 +1,9 @@
 #include "train/matmul_precision.h"
 
 #include <algorithm>
-#include <utility>
 #include <vector>
 
+#include "config/options.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "model/qwen2.h"
@@ -31,11 +31,14 @@ void check_matmul_dtype(const RunConfig& cfg, const Backend& backend) {
 
 std::string describe_fp8_layers(const RunConfig& cfg) {
   const std::vector<std::string>& on = cfg.train.fp8_layers;
-  static const std::vector<std::pair<std::string, std::string>> names = {
-      {"qkv", "QKV"}, {"o", "O"}, {"gate_up", "gate|up"}, {"down", "down"}};
+  // The blocks' kinds (the lm_head is described by describe_matmul_dtype), as the
+  // header prints them.
+  auto name = [](const std::string& key) -> std::string {
+    return key == "qkv" ? "QKV" : key == "o" ? "O" : key == "gate_up" ? "gate|up" : key;
+  };
   std::vector<std::string> fp8, bf16;
-  for (const auto& [key, name] : names)
-    (std::find(on.begin(), on.end(), key) != on.end() ? fp8 : bf16).push_back(name);
+  for (const std::string& key : fp8_layer_kinds())
+    if (key != "lm_head") (std::find(on.begin(), on.end(), key) != on.end() ? fp8 : bf16).push_back(name(key));
   if (fp8.empty()) return "none (" + join(bf16, ", ") + " in bf16)";
   std::string s = join(fp8, ", ");
   const int ends = cfg.train.fp8_bf16_end_blocks, L = cfg.model.num_layers;
