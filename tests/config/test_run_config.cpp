@@ -9,18 +9,15 @@
 
 #include "core/error.h"
 #include "config/run_config.h"
+#include "support/temp_dir.h"
 
 namespace st {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("st_run_config_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+// A new, empty <temp>/st_<pid>_run_config_<name>, removed when the test passes.
+fs::path temp_dir(const std::string& name) { return st::testing::temp_dir("run_config_" + name); }
 
 // Writes `text` to <temp>/<name>/run.toml and returns the path.
 std::string write_toml(const std::string& name, const std::string& text) {

@@ -3,7 +3,6 @@
 // before RunSummary, they read back to the same summary, and every refusal of the
 // reader names the file, the line where it can, and the key.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -14,6 +13,7 @@
 
 #include "core/error.h"
 #include "metrics/run_summary.h"
+#include "support/temp_dir.h"
 
 namespace st {
 namespace {
@@ -78,10 +78,9 @@ RunSummary interrupted_run(bool grace_passed) {
   return s;
 }
 
+// `text` in <temp>/st_<pid>_run_summary_<name>, removed when the test passes.
 fs::path temp_file(const std::string& name, const std::string& text) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("st_run_summary_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path p = dir / name;
+  const fs::path p = st::testing::fresh_path("run_summary_" + name);
   std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
   return p;
 }
