@@ -39,7 +39,7 @@ def ours(run_dir, warmup):
     tps = per_step * len(timed) / seconds / summary["world"]
     tflops = tps * summary["flops_per_token"] / 1e12
     cfg = open(os.path.join(run_dir, "config.toml")).read()
-    rc, mm, model, scaling, layers, fast = "none", "bf16", "?", "current", "gate_up,down", "true"
+    rc, mm, model, scaling, layers, fast = "none", "bf16", "?", "current", "gate_up,down", "false"
     for line in cfg.splitlines():
         key = line.split("=", 1)[0].strip()
         val = line.split("=", 1)[1].strip().strip('"') if "=" in line else ""
@@ -57,8 +57,8 @@ def ours(run_dir, warmup):
             model = val
     if mm == "fp8" and scaling == "delayed":
         mm = "fp8-delayed"
-    if mm.startswith("fp8") and fast == "false":
-        mm += "-exact"
+    if mm.startswith("fp8") and fast == "true":
+        mm += "-fast"
     if mm.startswith("fp8") and layers != "gate_up,down":  # not the default layers
         mm += "@" + layers
     act = None

@@ -33,7 +33,7 @@ struct TrainOptions {           // [train]
   // all in bf16.
   std::vector<std::string> fp8_layers = {"gate_up", "down"};
   int fp8_bf16_end_blocks = 0;
-  bool fp8_fast_accum = true;  // with fp8: the forward GEMMs use the tensor cores' fast accumulation
+  bool fp8_fast_accum = false;  // with fp8: the forward GEMMs use the tensor cores' fast accumulation
   std::string offload = "none";       // one of offload_choices(): state kept in pinned host memory
 };
 
