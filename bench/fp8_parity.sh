@@ -7,13 +7,15 @@
 # Run from the repository root on the GPU machine:
 #   bench/fp8_parity.sh [SHARDTRAIN_BINARY] [OUT_DIR]
 # Environment: DATA (a prepared token directory, `shardtrain data prepare`; required),
-# MODEL (qwen2.5-0.5b), STEPS (400), MB (micro-batch, 8), SEQ (2048), LR (3e-4),
+# MODEL (qwen2.5-0.5b), STEPS (400), MB (micro-batch, 8), ACCUM (train.grad_accum, 4:
+# MB x ACCUM x SEQ = 65,536 tokens a step; at 16,384 a bf16 run at another micro-batch
+# split misses bf16 by 3% at its worst step, at 65,536 by 0.9%), SEQ (2048), LR (3e-4),
 # WARMUP (20), SKIP (50: steps the comparison leaves out), TOL (0.01), MATMULS ("bf16
 # fp8": bf16 first, each other one compared with it; "fp8-delayed" is fp8 with
 # train.fp8_scaling=delayed), VARIANTS (more runs, each compared with bf16: "label
 # --key=value ... / label --key=value ...", the options after the common ones, e.g.
-# "mlp --train.matmul_dtype=fp8 --train.fp8_layers=gate_up,down / bf16-accum2
-# --train.micro_batch=4 --train.grad_accum=2"; a bf16 run at another micro-batch split is
+# "mlp --train.matmul_dtype=fp8 --train.fp8_layers=gate_up,down / floor
+# --train.micro_batch=4 --train.grad_accum=8"; a bf16 run at another micro-batch split is
 # the noise floor: the same math, other rounding).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +25,7 @@ DATA=${DATA:?set DATA to a prepared token directory (shardtrain data prepare)}
 MODEL=${MODEL:-qwen2.5-0.5b}
 STEPS=${STEPS:-400}
 MB=${MB:-8}
+ACCUM=${ACCUM:-4}
 SEQ=${SEQ:-2048}
 LR=${LR:-3e-4}
 WARMUP=${WARMUP:-20}
@@ -37,7 +40,7 @@ run_one() {  # label, then the options that make it
   shift
   echo "== $MODEL, $name, $STEPS steps"
   "$BIN" train --config configs/qwen2.5-1.5b.toml --model.preset="$MODEL" --data.source=tokens \
-    --data.paths="$DATA" --train.seq_len="$SEQ" --train.micro_batch="$MB" --train.steps="$STEPS" \
+    --data.paths="$DATA" --train.seq_len="$SEQ" --train.micro_batch="$MB" --train.grad_accum="$ACCUM" --train.steps="$STEPS" \
     --train.log_every=1 --optim.lr="$LR" --optim.warmup_steps="$WARMUP" "$@" \
     --run.progress=off --run.out_dir="$OUT/parity_$name" > "$OUT/parity_$name.log" 2>&1
   echo "exit $?" >> "$OUT/parity_$name.log"
