@@ -53,7 +53,10 @@ def main():
     print(f"signed gap (b-a)/a: mean {100 * sum(signed.values()) / len(signed):+.3f}%; by {args.window}-step "
           f"window: {' '.join(windows)} (%)")
     ok = rel[worst] <= args.tol
-    print(f"within {100 * args.tol:.1f}% at every step after {args.skip}: {'yes' if ok else 'NO'}")
+    over = [s for s in steps if rel[s] > args.tol]
+    listed = ", ".join(str(s) for s in over[:12]) + (", ..." if len(over) > 12 else "")
+    print(f"within {100 * args.tol:.1f}% at every step after {args.skip}: {'yes' if ok else 'NO'}"
+          + ("" if ok else f" ({len(over)} of {len(steps)} steps over: {listed})"))
     return 0 if ok else 1
 
 
