@@ -6,7 +6,12 @@ whether all are within --tol; then the signed gap (b - a) / a: its mean over the
 Exit 0 within, 1 outside, 2 on unreadable input.
 
 Two runs of the same precision differ too once their rounding differs (another
-micro-batch split, say): compare that pair the same way for the noise floor."""
+micro-batch split, say): compare that pair the same way for the noise floor. With
+--floor RUN (repeatable: such bf16 runs), the floor's own gap from a is printed too, and
+b is also held to the band the bf16 runs span: at each step its distance below the
+lowest or above the highest of them, relative to that run, must be within --tol. The
+exit status then follows the band check (0 within, 1 outside); the plain check against
+a alone is still printed."""
 import argparse, json, os, sys
 
 
@@ -26,13 +31,16 @@ def main():
     ap.add_argument("--skip", type=int, default=50)
     ap.add_argument("--tol", type=float, default=0.01)
     ap.add_argument("--window", type=int, default=50)
+    ap.add_argument("--floor", action="append", default=[],
+                    help="a run of a's precision that differs from a only in rounding (repeatable)")
     args = ap.parse_args()
     try:
         a, b = losses(args.a), losses(args.b)
+        floors = [losses(f) for f in args.floor]
     except (OSError, ValueError) as e:
         print(f"fp8_parity: {e}")
         return 2
-    steps = sorted(s for s in a if s in b and s > args.skip)
+    steps = sorted(s for s in a if s in b and s > args.skip and all(s in f for f in floors))
     if not steps:
         print(f"fp8_parity: no common steps after {args.skip}")
         return 2
@@ -57,7 +65,26 @@ def main():
     listed = ", ".join(str(s) for s in over[:12]) + (", ..." if len(over) > 12 else "")
     print(f"within {100 * args.tol:.1f}% at every step after {args.skip}: {'yes' if ok else 'NO'}"
           + ("" if ok else f" ({len(over)} of {len(steps)} steps over: {listed})"))
-    return 0 if ok else 1
+    if not floors:
+        return 0 if ok else 1
+    for name, f in zip(args.floor, floors):
+        fr = {s: abs(f[s] - a[s]) / abs(a[s]) for s in steps}
+        fw = max(steps, key=fr.get)
+        print(f"floor {name} against a: worst {100 * fr[fw]:.3f}% at step {fw}, "
+              f"{sum(1 for s in steps if fr[s] > args.tol)} of {len(steps)} steps over {100 * args.tol:.1f}%")
+    gap = {}
+    for s in steps:
+        lo, hi = min([a[s]] + [f[s] for f in floors]), max([a[s]] + [f[s] for f in floors])
+        gap[s] = (lo - b[s]) / abs(lo) if b[s] < lo else (b[s] - hi) / abs(hi) if b[s] > hi else 0.0
+    bw = max(steps, key=gap.get)
+    bover = [s for s in steps if gap[s] > args.tol]
+    inside = sum(1 for s in steps if gap[s] == 0.0)
+    listed = ", ".join(str(s) for s in bover[:12]) + (", ..." if len(bover) > 12 else "")
+    print(f"band of the {1 + len(floors)} bf16 runs: b inside it at {inside} of {len(steps)} steps, "
+          f"furthest outside {100 * gap[bw]:.3f}% at step {bw}")
+    print(f"within {100 * args.tol:.1f}% of the band at every step after {args.skip}: "
+          + ("yes" if not bover else f"NO ({len(bover)} of {len(steps)} steps over: {listed})"))
+    return 0 if not bover else 1
 
 
 if __name__ == "__main__":

@@ -9,14 +9,19 @@
 # Environment: DATA (a prepared token directory, `shardtrain data prepare`; required),
 # MODEL (qwen2.5-0.5b), STEPS (400), MB (micro-batch, 8), ACCUM (train.grad_accum, 4:
 # MB x ACCUM x SEQ = 65,536 tokens a step; at 16,384 a bf16 run at another micro-batch
-# split misses bf16 by 3% at its worst step, at 65,536 by 0.9%), SEQ (2048), LR (3e-4),
+# split misses bf16 by 3% at its worst step, at 65,536 by 0.9%, at 131,072 by 1.7%),
+# SEQ (2048), LR (3e-4),
 # WARMUP (20), SKIP (50: steps the comparison leaves out), TOL (0.01), MATMULS ("bf16
 # fp8": bf16 first, each other one compared with it; "fp8-delayed" is fp8 with
 # train.fp8_scaling=delayed), VARIANTS (more runs, each compared with bf16: "label
 # --key=value ... / label --key=value ...", the options after the common ones, e.g.
 # "mlp --train.matmul_dtype=fp8 --train.fp8_layers=gate_up,down / floor
 # --train.micro_batch=4 --train.grad_accum=8"; a bf16 run at another micro-batch split is
-# the noise floor: the same math, other rounding).
+# the noise floor: the same math, other rounding), FLOOR (1: after the MATMULS runs, a
+# bf16 run "floor" at micro-batch MB/2 x ACCUM*2, unless a VARIANT is called floor; each
+# FP8 run is then also held to the band the two bf16 runs span, `fp8_parity.py --floor`,
+# and the exit status follows that check; 0: no floor run, the plain check decides).
+# Exit status: 0 when every compared run passes, 1 when one does not.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build/shardtrain}
@@ -62,12 +67,30 @@ if [ -n "$VARIANTS" ]; then
     names+=("${words[0]}")
   done
 fi
+if [ "${FLOOR:-1}" = 1 ] && [[ " ${names[*]} " != *" floor "* ]]; then
+  if [ $((MB % 2)) -eq 0 ]; then
+    run_one floor --train.matmul_dtype=bf16 --train.micro_batch=$((MB / 2)) --train.grad_accum=$((ACCUM * 2))
+    names+=(floor)
+  else
+    echo "(no floor run: MB=$MB does not halve)"
+  fi
+fi
+floor_args=()
+[ "${FLOOR:-1}" = 1 ] && [ -f "$OUT/parity_floor/metrics.jsonl" ] && floor_args=(--floor "$OUT/parity_floor")
 runs=() labels=()
 for mm in "${names[@]}"; do runs+=("$OUT/parity_$mm"); labels+=(--label "$mm"); done
 "$BIN" report "${runs[@]}" "${labels[@]}" \
   --title "$MODEL: fp8 against bf16 matmuls, $STEPS steps" --out "$OUT/parity.html"
+status=0
 for mm in "${names[@]}"; do
   [ "$mm" = bf16 ] && continue
   echo "== $mm against bf16"
-  python3 bench/fp8_parity.py "$OUT/parity_bf16" "$OUT/parity_$mm" --skip "$SKIP" --tol "$TOL" | tee "$OUT/parity_$mm.txt"
+  extra=("${floor_args[@]}")
+  [ "$mm" = floor ] && extra=()
+  python3 bench/fp8_parity.py "$OUT/parity_bf16" "$OUT/parity_$mm" --skip "$SKIP" --tol "$TOL" "${extra[@]}" \
+    > "$OUT/parity_$mm.txt"
+  rc=$?
+  cat "$OUT/parity_$mm.txt"
+  [ "$mm" != floor ] && [ $rc -ne 0 ] && status=1
 done
+exit $status
