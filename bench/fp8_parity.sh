@@ -67,9 +67,21 @@ if [ -n "$VARIANTS" ]; then
     names+=("${words[0]}")
   done
 fi
+# A finished floor run of these settings in OUT (an earlier call's) is kept, not rerun.
+floor_done() {
+  local d=$OUT/parity_floor
+  grep -q "^exit 0" "$OUT/parity_floor.log" 2>/dev/null &&
+    grep -q "\"step\": *$STEPS[,}]" "$d/metrics.jsonl" 2>/dev/null &&
+    grep -qx "micro_batch = $((MB / 2))" "$d/config.toml" && grep -qx "grad_accum = $((ACCUM * 2))" "$d/config.toml" &&
+    grep -qx "seq_len = $SEQ" "$d/config.toml" && grep -q "^paths = .*$(basename "$DATA")" "$d/config.toml"
+}
 if [ "${FLOOR:-1}" = 1 ] && [[ " ${names[*]} " != *" floor "* ]]; then
   if [ $((MB % 2)) -eq 0 ]; then
-    run_one floor --train.matmul_dtype=bf16 --train.micro_batch=$((MB / 2)) --train.grad_accum=$((ACCUM * 2))
+    if floor_done; then
+      echo "== $MODEL, floor: $OUT/parity_floor has finished $STEPS steps at these settings; kept"
+    else
+      run_one floor --train.matmul_dtype=bf16 --train.micro_batch=$((MB / 2)) --train.grad_accum=$((ACCUM * 2))
+    fi
     names+=(floor)
   else
     echo "(no floor run: MB=$MB does not halve)"
