@@ -24,6 +24,11 @@ def losses(run_dir):
     return out
 
 
+def listed(steps):
+    """The first 12 of a list of steps, for a message."""
+    return ", ".join(str(s) for s in steps[:12]) + (", ..." if len(steps) > 12 else "")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("a", help="the reference run (bf16)")
@@ -62,9 +67,8 @@ def main():
           f"window: {' '.join(windows)} (%)")
     ok = rel[worst] <= args.tol
     over = [s for s in steps if rel[s] > args.tol]
-    listed = ", ".join(str(s) for s in over[:12]) + (", ..." if len(over) > 12 else "")
     print(f"within {100 * args.tol:.1f}% at every step after {args.skip}: {'yes' if ok else 'NO'}"
-          + ("" if ok else f" ({len(over)} of {len(steps)} steps over: {listed})"))
+          + ("" if ok else f" ({len(over)} of {len(steps)} steps over: {listed(over)})"))
     if not floors:
         return 0 if ok else 1
     for name, f in zip(args.floor, floors):
@@ -74,16 +78,16 @@ def main():
               f"{sum(1 for s in steps if fr[s] > args.tol)} of {len(steps)} steps over {100 * args.tol:.1f}%")
     gap = {}
     for s in steps:
-        lo, hi = min([a[s]] + [f[s] for f in floors]), max([a[s]] + [f[s] for f in floors])
+        refs = [a[s]] + [f[s] for f in floors]
+        lo, hi = min(refs), max(refs)
         gap[s] = (lo - b[s]) / abs(lo) if b[s] < lo else (b[s] - hi) / abs(hi) if b[s] > hi else 0.0
     bw = max(steps, key=gap.get)
     bover = [s for s in steps if gap[s] > args.tol]
     inside = sum(1 for s in steps if gap[s] == 0.0)
-    listed = ", ".join(str(s) for s in bover[:12]) + (", ..." if len(bover) > 12 else "")
     print(f"band of the {1 + len(floors)} bf16 runs: b inside it at {inside} of {len(steps)} steps, "
           f"furthest outside {100 * gap[bw]:.3f}% at step {bw}")
     print(f"within {100 * args.tol:.1f}% of the band at every step after {args.skip}: "
-          + ("yes" if not bover else f"NO ({len(bover)} of {len(steps)} steps over: {listed})"))
+          + ("yes" if not bover else f"NO ({len(bover)} of {len(steps)} steps over: {listed(bover)})"))
     return 0 if not bover else 1
 
 
