@@ -449,21 +449,22 @@ float Backend::dlogits_fp8_scale(float dloss_scale) {
   return fp8_scale(std::fabs(dloss_scale), fp8_spec(Fp8Format::E5M2).max_finite);
 }
 
-void Backend::cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale, Tensor targets, int N,
-                                int V, int ignore_index, float dloss_scale) {
+void Backend::cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor dqt, Tensor inv_scale, Tensor targets,
+                                int N, int V, int ignore_index, float dloss_scale) {
   const char* op = "cross_entropy_fp8";
   check_cross_entropy(op, losses, logits, targets, N, V, ignore_index);
   check_buf(op, "dq", dq, DType::F8E5M2, size_t(N) * V);
+  if (!dqt.empty()) check_buf(op, "dqt", dqt, DType::F8E5M2, size_t(N) * V);
   check_buf(op, "inv_scale", inv_scale, DType::F32, 1);
-  do_cross_entropy_fp8(losses, logits, dq, inv_scale, targets, N, V, ignore_index, dloss_scale);
+  do_cross_entropy_fp8(losses, logits, dq, dqt, inv_scale, targets, N, V, ignore_index, dloss_scale);
 }
 
 // The composition, for backends without a fused kernel: the same bits by definition.
-void Backend::do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale, Tensor targets, int N,
-                                   int V, int ignore_index, float dloss_scale) {
+void Backend::do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor dqt, Tensor inv_scale,
+                                   Tensor targets, int N, int V, int ignore_index, float dloss_scale) {
   do_cross_entropy(losses, logits, targets, N, V, ignore_index, dloss_scale, true);
   do_fill(inv_scale, 1.0 / double(dlogits_fp8_scale(dloss_scale)));
-  do_fp8_quantize(dq, Tensor{}, inv_scale, logits, N, V, true, Tensor{});
+  do_fp8_quantize(dq, dqt, inv_scale, logits, N, V, true, Tensor{});
 }
 
 // ---- AdamW ----------------------------------------------------------------------------

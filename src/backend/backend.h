@@ -217,13 +217,16 @@ class Backend {
   void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index, float dloss_scale,
                      bool grad);
   // cross_entropy with grad whose dlogits also go to dq (N, V; e5m2), cast in the same
-  // pass for the lm_head's FP8 input gradient. |dlogits| <= |dloss_scale| bounds them,
-  // so their scale is known before they exist: s = fp8_scale(|dloss_scale|, e5m2's
-  // largest finite), and inv_scale (1, F32) is set to 1 / s. dq = fp8_quantize(dlogits
-  // as written to logits, that scale), bit for bit; a backend without a fused kernel
-  // does exactly that.
-  void cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale, Tensor targets, int N, int V,
-                         int ignore_index, float dloss_scale);
+  // pass for the lm_head's FP8 gradients. |dlogits| <= |dloss_scale| bounds them, so
+  // their scale is known before they exist: s = fp8_scale(|dloss_scale|, e5m2's largest
+  // finite), and inv_scale (1, F32) is set to 1 / s. dq = fp8_quantize(dlogits as
+  // cross_entropy writes them (rounded to the logits' dtype), that scale), bit for bit;
+  // a backend without a fused kernel does exactly that. With dqt (V, N; e5m2, may be
+  // empty): also dq's transpose (the lm_head's FP8 weight gradient reads it), and then
+  // the logits are left unspecified (the gradient lives in dq and dqt only: a fused
+  // kernel need not write it back).
+  void cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor dqt, Tensor inv_scale, Tensor targets, int N,
+                         int V, int ignore_index, float dloss_scale);
   // The scale cross_entropy_fp8 casts with.
   static float dlogits_fp8_scale(float dloss_scale);
 
@@ -314,8 +317,8 @@ class Backend {
   virtual void do_swiglu_forward_fp8(Tensor q, Tensor qt, Tensor inv_scale, Tensor amax, Tensor gu, int N, int F);
   virtual void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
                                 float dloss_scale, bool grad) = 0;
-  virtual void do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale, Tensor targets, int N,
-                                    int V, int ignore_index, float dloss_scale);
+  virtual void do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor dqt, Tensor inv_scale,
+                                   Tensor targets, int N, int V, int ignore_index, float dloss_scale);
   virtual void do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) = 0;
   virtual void do_adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
                              const AdamWParams& p) {

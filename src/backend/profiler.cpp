@@ -539,14 +539,18 @@ void ProfilingBackend::do_cross_entropy(Tensor losses, Tensor logits, Tensor tar
         [&] { inner_.do_cross_entropy(losses, logits, targets, N, V, ignore_index, dloss_scale, grad); });
 }
 
-void ProfilingBackend::do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor inv_scale,
+void ProfilingBackend::do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor dqt, Tensor inv_scale,
                                             Tensor targets, int N, int V, int ignore_index, float dloss_scale) {
-  if (!open_) return inner_.do_cross_entropy_fp8(losses, logits, dq, inv_scale, targets, N, V, ignore_index, dloss_scale);
+  if (!open_)
+    return inner_.do_cross_entropy_fp8(losses, logits, dq, dqt, inv_scale, targets, N, V, ignore_index, dloss_scale);
   const double nv = static_cast<double>(N) * V;
-  // As cross_entropy with grad, and the e5m2 copy of the gradient written too.
-  timed("cross_entropy +e5m2", false, nv * (es(logits) * 2 + 1) + N * (es(targets) + es(losses)), [&] {
-    inner_.do_cross_entropy_fp8(losses, logits, dq, inv_scale, targets, N, V, ignore_index, dloss_scale);
-  });
+  // As cross_entropy with grad, and the e5m2 copy of the gradient written too; with its
+  // transpose, the gradient is not written back, and the copy is read again for it.
+  const double bytes = dqt.empty() ? nv * (es(logits) * 2 + 1) : nv * (es(logits) + 3);
+  timed(dqt.empty() ? "cross_entropy +e5m2" : "cross_entropy +e5m2 +T", false,
+        bytes + N * (es(targets) + es(losses)), [&] {
+          inner_.do_cross_entropy_fp8(losses, logits, dq, dqt, inv_scale, targets, N, V, ignore_index, dloss_scale);
+        });
 }
 
 void ProfilingBackend::do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) {

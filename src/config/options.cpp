@@ -25,7 +25,7 @@ const std::vector<std::string>& fp8_scalings() {
 
 // The order is Qwen2Model's linear slots (model/qwen2.h): bit i of its FP8 mask.
 const std::vector<std::string>& fp8_layer_kinds() {
-  static const std::vector<std::string> v = {"qkv", "o", "gate_up", "down", "lm_head"};
+  static const std::vector<std::string> v = {"qkv", "o", "gate_up", "down", "lm_head", "lm_head_grad"};
   return v;
 }
 

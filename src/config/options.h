@@ -101,7 +101,7 @@ const std::vector<std::string>& train_devices();             // train.device: cp
 const std::vector<std::string>& recompute_choices();         // train.recompute: none, norm, swiglu, ffn, attn, block
 const std::vector<std::string>& matmul_dtypes();             // train.matmul_dtype: bf16, fp8
 const std::vector<std::string>& fp8_scalings();              // train.fp8_scaling: current, delayed
-const std::vector<std::string>& fp8_layer_kinds();           // train.fp8_layers: qkv, o, gate_up, down, lm_head
+const std::vector<std::string>& fp8_layer_kinds();  // train.fp8_layers: qkv, o, gate_up, down, lm_head, lm_head_grad
 const std::vector<std::string>& offload_choices();           // train.offload: none, optimizer, optimizer+master
 const std::vector<std::string>& state_dtypes();              // optim.state_dtype, optim.master_dtype: fp32, bf16
 const std::vector<std::string>& data_sources();              // data.source: random, text, tokens

@@ -87,7 +87,7 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
   if (fp8_opts_.on) {  // refused before anything is allocated (a throw here leaves nothing behind)
     const std::string why = fp8_shape_problem(c, B, T, fp8.lm_head());
     ST_CHECK(why.empty(), "train.matmul_dtype=fp8: ", why);
-    ST_CHECK(!fp8.lm_head() || chunk_ % 16 == 0, "train.fp8_layers=lm_head: the logits' chunk of ", chunk_,
+    ST_CHECK(!fp8.lm_head() || chunk_ % 16 == 0, "train.fp8_layers with the lm_head: the logits' chunk of ", chunk_,
              " rows is not a multiple of 16");
   }
 
@@ -158,9 +158,11 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
     make(amax_, DType::F32, size_t(L_) * 4 * 2);
     make(history_, DType::F32, size_t(L_) * 4 * 2 * kFp8History);
     if (fp8.lm_head()) {
-      make(head_wq_, DType::F8E4M3, size_t(V_) * C);
+      if (fp8.lm_head_forward()) make(head_wq_, DType::F8E4M3, size_t(V_) * C);
       make(head_wqt_, DType::F8E4M3, size_t(V_) * C);
       make(head_dq_, DType::F8E5M2, size_t(chunk_) * V_);
+      make(head_dqt_, DType::F8E5M2, size_t(chunk_) * V_);
+      make(head_xt_, DType::F8E4M3, size_t(chunk_) * C);
       make(head_scales_, DType::F32, 3 * 4);
     }
   }
@@ -292,7 +294,8 @@ uint64_t Qwen2Model::activation_bytes_for(const ModelConfig& c, DType dtype, int
     const U A = H * hd;
     bytes += N * std::max({C, A, F}) + std::max({QKV * C, C * A, 2 * F * C, C * F}) +
              2 * N * std::max({QKV, C, 2 * F}) + L * 4 * 3 * 4 * 4 + L * 4 * 2 * 4 + L * 4 * 2 * kFp8History * 4;
-    if (fp8_opts.lm_head()) bytes += 2 * V * C + chunk * V + 3 * 4 * 4;  // head_wq_, head_wqt_, head_dq_, head_scales_
+    if (fp8_opts.lm_head())  // head_wq_ (forward only), head_wqt_, head_dq_, head_dqt_, head_xt_, head_scales_
+      bytes += (fp8_opts.lm_head_forward() ? 2 : 1) * V * C + 2 * chunk * V + chunk * C + 3 * 4 * 4;
   }
   return bytes > std::numeric_limits<uint64_t>::max() ? std::numeric_limits<uint64_t>::max()
                                                        : static_cast<uint64_t>(bytes);
@@ -351,20 +354,21 @@ void Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int i
   Tensor dw_lm = grad ? params.grad(hu).slice(layout_.lm_head_offset(), V * C) : Tensor{};
   Tensor logits_f32;
   if (logits_out && dt_ != DType::F32) logits_f32 = be_.alloc(DType::F32, static_cast<size_t>(chunk_) * V);
-  // An FP8 lm_head: the final norm's output and the weight cast once (current scaling),
-  // the weight in both layouts when the input gradient follows.
-  const bool fp8 = fp8_opts_.lm_head();
+  // An FP8 lm_head: the weight cast once (current scaling), in the layouts its GEMMs
+  // read; with its forward in FP8, the final norm's output too (the chunks' transposes
+  // for the weight gradient reuse that scale; without, each chunk's has its own).
+  const bool fp8 = fp8_opts_.lm_head() && grad, fp8_fwd = fp8_opts_.lm_head_forward();
   Tensor x_inv, w_inv, d_inv;
-  if (fp8) {
+  if (fp8_opts_.lm_head()) {
     x_inv = head_scales_.slice(0, 1), w_inv = head_scales_.slice(4, 1), d_inv = head_scales_.slice(8, 1);
-    be_.fp8_quantize(xq_, Tensor{}, x_inv, lnf_, N_, C_);
-    be_.fp8_quantize(head_wq_, grad ? head_wqt_ : Tensor{}, w_inv, w_lm, V_, C_);
+    if (fp8_fwd) be_.fp8_quantize(xq_, Tensor{}, x_inv, lnf_, N_, C_);
+    if (fp8_fwd || grad) be_.fp8_quantize(fp8_fwd ? head_wq_ : Tensor{}, grad ? head_wqt_ : Tensor{}, w_inv, w_lm, V_, C_);
   }
   for (int r0 = 0; r0 < N_; r0 += chunk_) {
     const int rows = std::min(chunk_, N_ - r0);
     Tensor logits = logits_.slice(0, rows * V);                   // (rows, V)
     Tensor x = lnf_.slice(static_cast<size_t>(r0) * C, rows * C);  // (rows, C)
-    if (fp8)
+    if (fp8_fwd)
       be_.matmul_fp8(logits, xq_.slice(static_cast<size_t>(r0) * C, rows * C), x_inv, head_wq_, w_inv, Tensor{}, rows,
                      C_, V_, false, fp8_opts_.fast_accum);
     else
@@ -380,12 +384,14 @@ void Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int i
       }
     }
     Tensor dx = grad ? dln_.slice(static_cast<size_t>(r0) * C, rows * C) : Tensor{};
-    if (grad && fp8) {  // dlogits (in logits) and their e5m2 copy; dx = dlogits · W in FP8, dW in bf16
-      Tensor dq = head_dq_.slice(0, size_t(rows) * V);
-      be_.cross_entropy_fp8(losses_.slice(r0, rows), logits, dq, d_inv, targets_.slice(r0, rows), rows, V_,
+    if (fp8) {  // dlogits as e5m2, both layouts: dx = dlogits · W and dW += dlogitsᵀ · x in FP8
+      Tensor dq = head_dq_.slice(0, size_t(rows) * V), dqt = head_dqt_.slice(0, size_t(rows) * V),
+             xt = head_xt_.slice(0, size_t(rows) * C);
+      be_.cross_entropy_fp8(losses_.slice(r0, rows), logits, dq, dqt, d_inv, targets_.slice(r0, rows), rows, V_,
                             ignore_index, dloss_scale);
       be_.matmul_fp8(dx, dq, d_inv, head_wqt_, w_inv, Tensor{}, rows, V_, C_, false);
-      be_.matmul_backward(Tensor{}, dw_lm, Tensor{}, logits, x, w_lm, rows, C_, V_);
+      be_.fp8_quantize(Tensor{}, xt, x_inv, x, rows, C_, fp8_fwd);
+      be_.matmul_fp8(dw_lm, dqt, d_inv, xt, x_inv, Tensor{}, V_, rows, C_, true);
       continue;
     }
     be_.cross_entropy(losses_.slice(r0, rows), logits, targets_.slice(r0, rows), rows, V_, ignore_index,

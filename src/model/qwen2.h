@@ -36,12 +36,16 @@ struct Fp8Options {
   bool on = false;       // train.matmul_dtype = "fp8"
   bool delayed = false;  // train.fp8_scaling = "delayed"
   // Bit k < 4: the layer kind of slot k in every block (0 qkv, 1 o, 2 gate|up, 3 down);
-  // bit 4: the lm_head (train.fp8_layers, in fp8_layer_kinds()'s order).
+  // bit 4: the lm_head, all three of its GEMMs; bit 5: its two gradients' GEMMs only,
+  // the logits in bf16 (train.fp8_layers, in fp8_layer_kinds()'s order).
   unsigned kinds = 0xF;
   int bf16_end_blocks = 0;  // the first and the last this many blocks stay in bf16
   bool fast_accum = false;  // the forward GEMMs with the tensor cores' fast accumulation
-  static constexpr unsigned kLmHead = 1u << 4;
-  bool lm_head() const { return on && (kinds & kLmHead); }
+  static constexpr unsigned kLmHead = 1u << 4, kLmHeadGrad = 1u << 5;
+  // Any of the lm_head in FP8: its input and weight gradients (lm_head or lm_head_grad).
+  bool lm_head() const { return on && (kinds & (kLmHead | kLmHeadGrad)); }
+  // Its forward (the logits) too: lm_head.
+  bool lm_head_forward() const { return on && (kinds & kLmHead); }
   bool delayed_on() const { return on && delayed; }  // delayed scales to keep and roll
   // From the run's [train] keys (matmul_dtype, fp8_scaling, fp8_layers,
   // fp8_bf16_end_blocks, fp8_fast_accum).
@@ -55,11 +59,11 @@ class Qwen2Model {
   // fp8.on: the blocks' linear layers (QKV, O, gate|up, down; those fp8.kinds and
   // fp8.bf16_end_blocks leave) compute in FP8 (train.matmul_dtype = "fp8"; e4m3 weights
   // and activations, e5m2 gradients, per-tensor scales, fp32 accumulation); attention
-  // stays in `dtype`, and so does the lm_head unless fp8.kinds names it: then its
-  // forward and input gradient run in FP8 (the logits' gradient cast by the loss kernel
-  // with the scale its bound gives, cross_entropy_fp8) and its weight gradient in
-  // `dtype`. Needs the hidden, q/kv, FFN and token (B*T) dimensions, and the vocabulary
-  // with an FP8 lm_head, to be multiples of 16.
+  // stays in `dtype`, and so does the lm_head unless fp8.kinds names it: then its input
+  // and weight gradients run in FP8 (the logits' gradient cast by the loss kernel with
+  // the scale its bound gives, and transposed, cross_entropy_fp8), and with lm_head (not
+  // lm_head_grad) its forward too. Needs the hidden, q/kv, FFN and token (B*T)
+  // dimensions, and the vocabulary with an FP8 lm_head, to be multiples of 16.
   // fp8.delayed (train.fp8_scaling = "delayed"): activations and gradients are cast in
   // one pass with the scale of the largest amax of their last kFp8History steps
   // (begin_step), recording this step's amax as they go; the first step, with no
@@ -186,11 +190,12 @@ class Qwen2Model {
   // then of each output gradient (2 x L x 4); history_: the last kFp8History steps' of
   // each (delayed scaling).
   Tensor xq_, wq_, dq_, dqt_, scales_, amax_, history_;
-  // An FP8 lm_head (fp8_opts_.lm_head()): its weight cast (V, C) and transposed (C, V)
-  // (e4m3, current scaling, once a micro-batch), a chunk's logit gradient (chunk, V;
-  // e5m2), and the inverse scales of the final norm's output, the weight and that
-  // gradient (16-byte slots, as scales_).
-  Tensor head_wq_, head_wqt_, head_dq_, head_scales_;
+  // An FP8 lm_head (fp8_opts_.lm_head()): its weight cast (V, C; lm_head_forward() only)
+  // and transposed (C, V) (e4m3, current scaling, once a micro-batch), a chunk's logit
+  // gradient (chunk, V) and its transpose (V, chunk) (e5m2), the chunk's final-norm
+  // output transposed (C, chunk; e4m3), and the inverse scales of the final norm's
+  // output, the weight and the logits' gradient (16-byte slots, as scales_).
+  Tensor head_wq_, head_wqt_, head_dq_, head_dqt_, head_xt_, head_scales_;
   Tensor fp8_inv(int region, int slot) const;
   std::vector<Tensor*> owned_;
 };

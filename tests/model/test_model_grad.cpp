@@ -125,5 +125,55 @@ TEST(Model, F32ForwardAgreesWithF64) {
   EXPECT_NEAR(a.sum / a.count, std::log(cfg.vocab_size), 0.1);
 }
 
+// The lm_head's FP8 gradients (train.fp8_layers = lm_head_grad, emulated on the CPU):
+// the logits' gradient as e5m2 and transposed for the weight gradient, the final norm's
+// output as e4m3. Against the exact f32 gradients of the same model and batch, two
+// chunks of logits: both gradients point the same way (cosine > 0.99) at the same
+// size (norm within 5%); a scale, layout or chunk offset wrong in either GEMM cannot.
+// The forward is untouched, so the loss is the f32 one bit for bit.
+TEST(Model, Fp8LmHeadGradientsFollowTheExactOnes) {
+  ModelConfig cfg = tiny_cfg(false, 1);
+  cfg.vocab_size = 48, cfg.hidden_size = 32, cfg.intermediate_size = 32, cfg.num_heads = 2;
+  const int B = 2, T = 16, N = B * T, chunk = 16;
+  auto be = make_cpu_backend();
+  ParamLayout layout(cfg);
+  std::mt19937_64 rng(5);
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int i = 0; i < N; ++i) tokens[i] = int32_t(rng() % cfg.vocab_size), targets[i] = int32_t(rng() % cfg.vocab_size);
+  Fp8Options fp8;
+  fp8.on = true;
+  fp8.kinds = Fp8Options::kLmHeadGrad;
+  struct Out {
+    LossSum loss;
+    std::vector<double> head, norm_in;  // the lm_head's weight gradient; a block's (the input gradient's path)
+  };
+  auto run = [&](const Fp8Options& o) {
+    DenseParams params(layout, *be, DType::F32, true);
+    params.init(11, 0.5);
+    params.zero_grads();
+    Qwen2Model model(layout, *be, DType::F32, B, T, chunk, Recompute::None, o);
+    Out out;
+    out.loss = model.forward_backward(params, tokens.data(), targets.data(), 1.0f / N, -100);
+    const std::vector<double> g = params.get_grad_f64(layout.lm_head_unit());
+    const size_t V = cfg.vocab_size, C = cfg.hidden_size;
+    out.head.assign(g.begin() + layout.lm_head_offset(), g.begin() + layout.lm_head_offset() + V * C);
+    out.norm_in = params.get_grad_f64(layout.layer_unit(cfg.num_layers - 1));
+    return out;
+  };
+  const Out exact = run(Fp8Options{}), f8 = run(fp8);
+  EXPECT_EQ(exact.loss.sum, f8.loss.sum) << "the forward changed";
+  auto compare = [](const std::vector<double>& a, const std::vector<double>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size());
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < a.size(); ++i) ab += a[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i];
+    ASSERT_GT(aa, 0) << what;
+    EXPECT_GT(ab / std::sqrt(aa * bb), 0.99) << what;
+    EXPECT_NEAR(std::sqrt(bb / aa), 1.0, 0.05) << what;
+    EXPECT_NE(a, b) << what << ": not computed in FP8";
+  };
+  compare(exact.head, f8.head, "lm_head weight gradient");
+  compare(exact.norm_in, f8.norm_in, "the last block's gradient (from the lm_head's input gradient)");
+}
+
 }  // namespace
 }  // namespace st

@@ -131,6 +131,13 @@ TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
   for (size_t i = 0; i < ch.losses.size(); ++i)
     EXPECT_LE(std::abs(gh.losses[i] - ch.losses[i]), 0.02 + 0.02 * ch.losses[i]) << "lm_head, step " << i + 1;
   EXPECT_NE(gh.losses, gm.losses) << "lm_head in train.fp8_layers changed nothing on the GPU";
+  // Its gradients alone (the loss kernel's e5m2 copy transposed for the weight gradient).
+  cfg.train.fp8_layers = {"gate_up", "down", "lm_head_grad"};
+  const TrainResult cg = train_one_rank(cfg, *cpu), gg = train_one_rank(cfg, *gpu);
+  for (size_t i = 0; i < cg.losses.size(); ++i)
+    EXPECT_LE(std::abs(gg.losses[i] - cg.losses[i]), 0.02 + 0.02 * cg.losses[i]) << "lm_head_grad, step " << i + 1;
+  EXPECT_NE(gg.losses, gm.losses) << "lm_head_grad in train.fp8_layers changed nothing on the GPU";
+  EXPECT_NE(gg.losses, gh.losses) << "lm_head_grad ran as lm_head on the GPU";
 }
 
 TEST(TrainGpu, FactoryMakesTheCudaBackend) {

@@ -177,10 +177,12 @@ TEST(Trainer, Fp8LayersAndEndBlocksChooseWhichMatmulsAreFp8) {
   EXPECT_EQ(describe_fp8_layers(middle), "QKV, O, gate|up, down in blocks 1-2 (blocks 0 and 3 all in bf16)");
 }
 
-// train.fp8_layers naming lm_head: the lm_head's forward and input gradient run in FP8
-// too (the loss casting its gradient), so the run is neither the blocks-only FP8 run
-// nor f32, stays near f32, repeats bit for bit, and recompute changes no bit; the lm_head
-// alone is a choice of its own; a vocabulary FP8 cannot take is refused, naming it.
+// train.fp8_layers naming lm_head: the lm_head's three GEMMs run in FP8 too (the loss
+// casting its gradient), so the run is neither the blocks-only FP8 run nor f32, stays
+// near f32, repeats bit for bit, and recompute changes no bit; the lm_head alone is a
+// choice of its own; lm_head_grad (its gradients only, the logits in f32) is a third
+// run, and its first step's loss is the blocks-only run's (the forward is the same);
+// a vocabulary FP8 cannot take is refused, naming it.
 TEST(Trainer, Fp8LmHeadIsAChoiceOfItsOwn) {
   RunConfig cfg = tiny_run(12);
   const TrainResult f32 = train_on_cpu(cfg);
@@ -202,17 +204,38 @@ TEST(Trainer, Fp8LmHeadIsAChoiceOfItsOwn) {
   }
   EXPECT_TRUE(from_mlp) << "lm_head in fp8_layers gave the blocks-only run's bits";
   EXPECT_TRUE(from_f32) << "lm_head alone gave f32's bits";
+  RunConfig grads = cfg;
+  grads.train.fp8_layers = {"gate_up", "down", "lm_head_grad"};
+  const TrainResult g = train_on_cpu(grads);
+  ASSERT_EQ(g.losses.size(), mlp.losses.size());
+  EXPECT_EQ(g.losses[0], mlp.losses[0]) << "lm_head_grad changed the first forward";
+  EXPECT_NE(g.losses[0], h.losses[0]) << "lm_head_grad ran the logits in FP8";
+  bool from_mlp_g = false;
+  for (size_t i = 0; i < g.losses.size(); ++i) {
+    EXPECT_NEAR(g.losses[i], f32.losses[i], 0.03 * f32.losses[i]) << "lm_head_grad, step " << i + 1;
+    from_mlp_g |= g.losses[i] != mlp.losses[i];
+  }
+  EXPECT_TRUE(from_mlp_g) << "lm_head_grad gave the blocks-only run's bits";
+  RunConfig grads_block = grads;
+  grads_block.train.recompute = "block";
+  grads_block.train.steps = grads.train.steps = 3;
+  const TrainResult ga = train_on_cpu(grads), gb = train_on_cpu(grads_block);
+  for (size_t i = 0; i < ga.losses.size(); ++i) EXPECT_EQ(ga.losses[i], gb.losses[i]) << "grads, step " << i + 1;
   RunConfig block = head;
   block.train.recompute = "block";
   block.train.steps = head.train.steps = 3;
   const TrainResult a = train_on_cpu(head), b = train_on_cpu(block);
   for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
   auto be = make_cpu_backend();
-  EXPECT_NE(describe_matmul_dtype(head, *be).find("and the lm_head's forward and input gradient"), std::string::npos)
+  EXPECT_NE(describe_matmul_dtype(head, *be).find(" and the lm_head ("), std::string::npos)
       << describe_matmul_dtype(head, *be);
-  EXPECT_NE(describe_matmul_dtype(head, *be).find("the lm_head's weight gradient and attention in f32"),
+  EXPECT_NE(describe_matmul_dtype(head, *be).find("; attention in f32"), std::string::npos)
+      << describe_matmul_dtype(head, *be);
+  EXPECT_NE(describe_matmul_dtype(grads, *be).find("and the lm_head's input and weight gradients ("),
             std::string::npos)
-      << describe_matmul_dtype(head, *be);
+      << describe_matmul_dtype(grads, *be);
+  EXPECT_NE(describe_matmul_dtype(grads, *be).find("; the lm_head's forward and attention in f32"), std::string::npos)
+      << describe_matmul_dtype(grads, *be);
   EXPECT_NE(describe_matmul_dtype(cfg, *be).find("; lm_head and attention in f32"), std::string::npos)
       << describe_matmul_dtype(cfg, *be);
   EXPECT_EQ(describe_fp8_layers(only), "none (QKV, O, gate|up, down in bf16)");
@@ -225,6 +248,8 @@ TEST(Trainer, Fp8LmHeadIsAChoiceOfItsOwn) {
     EXPECT_EQ(e.kind(), ErrorKind::Usage);
     EXPECT_NE(std::string(e.what()).find("vocab_size"), std::string::npos) << e.what();
   }
+  odd.train.fp8_layers = {"gate_up", "down", "lm_head_grad"};
+  EXPECT_THROW(check_matmul_dtype(odd, *be), Error) << "vocab 250 with the lm_head's gradients in FP8";
   odd.train.fp8_layers = {"gate_up", "down"};
   EXPECT_NO_THROW(check_matmul_dtype(odd, *be)) << "the vocabulary matters only to an FP8 lm_head";
 }

@@ -38,6 +38,9 @@ bool swiglu_backward_fp8(uint8_t* q, uint8_t* qt, const float* inv_scale, unsign
 template <class T>
 bool swiglu_forward_fp8(uint8_t* q, uint8_t* qt, const float* inv_scale, unsigned* record, const T* gu, int N, int F,
                         Fp8Format format, cudaStream_t stream);
+// qt (cols, rows) = q (rows, cols) transposed, one byte an element as it is (an FP8
+// tensor's other layout, without casting again).
+void fp8_transpose(uint8_t* qt, const uint8_t* q, int rows, int cols, cudaStream_t stream);
 // Backend::fp8_roll_scales (delayed scaling's once-a-step update).
 void fp8_roll_scales(float* inv_scale, int stride, float* amax, float* history, int n, int len, int pos,
                      Fp8Format format, cudaStream_t stream);
@@ -132,11 +135,12 @@ void attention_backward_fa2(bf16* dqkv, const bf16* dout, const bf16* out, const
 
 // ---- loss.cu ---------------------------------------------------------------------
 // With dq (grad only): dq (N, V) e5m2 = fp8(the gradient as written * dq_scale), and
-// *dq_inv = 1 / dq_scale (Backend::cross_entropy_fp8).
+// *dq_inv = 1 / dq_scale (Backend::cross_entropy_fp8); keep_dlogits false (with dq):
+// the gradient goes to dq only, the logits are left as they were.
 template <class T>
 void cross_entropy(float* losses, T* logits, const int32_t* targets, int N, int V, int ignore_index,
                    float dloss_scale, bool grad, cudaStream_t stream, uint8_t* dq = nullptr, float dq_scale = 1.0f,
-                   float* dq_inv = nullptr);
+                   float* dq_inv = nullptr, bool keep_dlogits = true);
 
 // ---- init.cu ---------------------------------------------------------------------
 // out (n, F32 or F64) = stddev * counter_normal(key, first + i) (core/rng.h).

@@ -182,6 +182,40 @@ __global__ void __launch_bounds__(kThreads)
   store_transposed(qt, tile, r0, rows, [&](int lc) { return c0 + lc < cols ? c0 + lc : -1; });
 }
 
+// One kRows x kCols tile per block: qt (cols, rows) = q (rows, cols) transposed, the
+// bytes as they are, through the swizzled tile and cast_kernel's transposed store. VEC:
+// q 16-byte aligned and cols % 16 == 0, so a thread loads two 16-byte pieces, both in
+// flight at once.
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads) transpose_kernel(uint8_t* __restrict__ qt, const uint8_t* __restrict__ q,
+                                                              int rows, int cols) {
+  __shared__ __align__(16) uint8_t tile[kRows][kCols];
+  const int r0 = blockIdx.y * kRows, c0 = blockIdx.x * kCols;
+  if (VEC) {
+    constexpr int kPieces = kRows * kCols / 16 / kThreads;  // 2
+    uint4 v[kPieces];
+#pragma unroll
+    for (int u = 0; u < kPieces; u++) {
+      const int i = threadIdx.x + u * kThreads, r = r0 + i / (kCols / 16), c = c0 + (i % (kCols / 16)) * 16;
+      if (r < rows && c < cols) v[u] = *reinterpret_cast<const uint4*>(q + size_t(r) * cols + c);
+    }
+#pragma unroll
+    for (int u = 0; u < kPieces; u++) {
+      const int i = threadIdx.x + u * kThreads, lr = i / (kCols / 16), lc = (i % (kCols / 16)) * 16;
+      if (r0 + lr >= rows || c0 + lc >= cols) continue;
+      *reinterpret_cast<uint2*>(&tile[lr][tile_col(lr, lc)]) = make_uint2(v[u].x, v[u].y);
+      *reinterpret_cast<uint2*>(&tile[lr][tile_col(lr, lc + 8)]) = make_uint2(v[u].z, v[u].w);
+    }
+  } else {
+    for (int i = threadIdx.x; i < kRows * kCols; i += kThreads) {
+      const int lr = i / kCols, lc = i % kCols, r = r0 + lr, c = c0 + lc;
+      if (r < rows && c < cols) tile[lr][tile_col(lr, lc)] = q[size_t(r) * cols + c];
+    }
+  }
+  __syncthreads();
+  store_transposed(qt, tile, r0, rows, [&](int lc) { return c0 + lc < cols ? c0 + lc : -1; });
+}
+
 // 8 elements of T from 16-byte-aligned memory, as they are (one or two 16-byte packs):
 // a kernel loads all of its packs first, so they are in flight together, and converts
 // each when it uses it, so that the packs, not their floats, hold its registers.
@@ -377,6 +411,16 @@ bool swiglu_forward_fp8(uint8_t* q, uint8_t* qt, const float* inv_scale, unsigne
                                                               format == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
   ST_CUDA_LAUNCHED("swiglu_forward_fp8_kernel");
   return true;
+}
+
+void fp8_transpose(uint8_t* qt, const uint8_t* q, int rows, int cols, cudaStream_t stream) {
+  const dim3 grid((cols + kCols - 1) / kCols, (rows + kRows - 1) / kRows);
+  ST_CHECK(grid.y <= 65535, "fp8_transpose: ", rows, " rows is too many for one launch");
+  if (reinterpret_cast<uintptr_t>(q) % 16 == 0 && cols % 16 == 0)
+    transpose_kernel<true><<<grid, kThreads, 0, stream>>>(qt, q, rows, cols);
+  else
+    transpose_kernel<false><<<grid, kThreads, 0, stream>>>(qt, q, rows, cols);
+  ST_CUDA_LAUNCHED("fp8 transpose_kernel");
 }
 
 void fp8_roll_scales(float* inv_scale, int stride, float* amax, float* history, int n, int len, int pos,

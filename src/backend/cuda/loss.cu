@@ -13,7 +13,9 @@
 // takes ~50 registers a thread, so one block (row) per SM is resident: ~132 rows,
 // ~40 MB, in flight, which gives pass 2's re-read a fair chance in a 50 MB L2.
 // With dq (cross_entropy_fp8), pass 2 also writes each gradient value, as stored,
-// times the given scale s, as e5m2 (a pack's bytes in one store where aligned).
+// times the given scale s, as e5m2 (a pack's bytes in one store where aligned); with
+// keep false it writes only that copy, not the gradient itself (each value still
+// rounded to T first, so the codes are the same).
 #include <cuda_fp8.h>
 
 #include <cmath>
@@ -98,11 +100,13 @@ __device__ __forceinline__ void store_e5m2(uint8_t* q, const Pack<T>& v, float s
   }
 }
 
-// dq, when not null: (N, V) e5m2 = fp8(dlogits * s), and *inv_scale = 1 / s (grad only).
+// dq, when not null: (N, V) e5m2 = fp8(dlogits * s), and *inv_scale = 1 / s (grad only);
+// keep false (dq only): the logits are not overwritten with dlogits.
 template <class T>
 __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, T* logits, const int32_t* targets,
                                                                  int V, int ignore_index, float dloss_scale,
-                                                                 bool grad, uint8_t* dq, float s, float* inv_scale) {
+                                                                 bool grad, uint8_t* dq, float s, float* inv_scale,
+                                                                 bool keep) {
   constexpr int P = kPack<T>;
   __shared__ MaxSum shared[kThreads / 32];
   __shared__ float s_lse2;
@@ -178,7 +182,7 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
   };
   auto scalar = [&](int i) {
     const T g = from_float<T>(grad_of(to_float(x[i]), i));
-    x[i] = g;
+    if (keep) x[i] = g;
     if (q) q[i] = to_e5m2(to_float(g) * s);
   };
   for (int i = threadIdx.x; i < sp.head; i += kThreads) scalar(i);
@@ -195,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
         const int i0 = sp.head + k * P;
 #pragma unroll
         for (int e = 0; e < P; ++e) v[u].v[e] = from_float<T>(grad_of(to_float(v[u].v[e]), i0 + e));
-        store_pack_cs(body + size_t(k) * P, v[u]);
+        if (keep) store_pack_cs(body + size_t(k) * P, v[u]);
         if (q) store_e5m2(q + i0, v[u], s, q_aligned);
       }
     }
@@ -206,15 +210,16 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
 
 template <class T>
 void cross_entropy(float* losses, T* logits, const int32_t* targets, int N, int V, int ignore_index,
-                   float dloss_scale, bool grad, cudaStream_t stream, uint8_t* dq, float dq_scale, float* dq_inv) {
+                   float dloss_scale, bool grad, cudaStream_t stream, uint8_t* dq, float dq_scale, float* dq_inv,
+                   bool keep_dlogits) {
   cross_entropy_kernel<<<N, kThreads, 0, stream>>>(losses, logits, targets, V, ignore_index, dloss_scale, grad,
-                                                   grad ? dq : nullptr, dq_scale, dq_inv);
+                                                   grad ? dq : nullptr, dq_scale, dq_inv, keep_dlogits || !dq);
   ST_CUDA_LAUNCHED("cross_entropy_kernel");
 }
 
 template void cross_entropy<float>(float*, float*, const int32_t*, int, int, int, float, bool, cudaStream_t, uint8_t*,
-                                   float, float*);
+                                   float, float*, bool);
 template void cross_entropy<bf16>(float*, bf16*, const int32_t*, int, int, int, float, bool, cudaStream_t, uint8_t*,
-                                  float, float*);
+                                  float, float*, bool);
 
 }  // namespace st::cuda

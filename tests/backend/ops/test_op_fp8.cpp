@@ -246,10 +246,20 @@ TEST_F(CpuFp8, CrossEntropyCastIsTheComposition) {
   EXPECT_EQ(s, 2097152.0f) << "57344 * 37 = 2121728: 2^21 is the power of two below it";
   inv.as<float>()[0] = 1.0f / s;
   be->fp8_quantize(q, Tensor{}, inv, g1, N, V, true);
-  be->cross_entropy_fp8(l2, g2, q2, inv2, ids(tg), N, V, ignore, dloss_scale);
+  be->cross_entropy_fp8(l2, g2, q2, Tensor{}, inv2, ids(tg), N, V, ignore, dloss_scale);
   EXPECT_EQ(get(l1), get(l2));
   EXPECT_EQ(get(g1), get(g2)) << "the gradient in place, as cross_entropy writes it";
   EXPECT_EQ(std::memcmp(q.as<uint8_t>(), q2.as<uint8_t>(), n), 0);
+  // With the transpose: the same codes, and qt[j][i] = q[i][j].
+  Tensor g3 = make(DType::F32, n), q3 = make(DType::F8E5M2, n), qt3 = make(DType::F8E5M2, n),
+         l3 = make(DType::F32, N), inv3 = make(DType::F32, 1);
+  be->copy(g3, from(x));
+  be->cross_entropy_fp8(l3, g3, q3, qt3, inv3, ids(tg), N, V, ignore, dloss_scale);
+  EXPECT_EQ(get(l3), get(l1));
+  EXPECT_EQ(std::memcmp(q3.as<uint8_t>(), q.as<uint8_t>(), n), 0);
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < V; ++j)
+      ASSERT_EQ(qt3.as<uint8_t>()[size_t(j) * N + i], q.as<uint8_t>()[size_t(i) * V + j]) << i << "," << j;
   EXPECT_EQ(get(inv2)[0], 1.0 / s);
   const Vec g = get(g2);
   int nonzero = 0;
@@ -259,10 +269,12 @@ TEST_F(CpuFp8, CrossEntropyCastIsTheComposition) {
     if (i / V == 1) EXPECT_EQ(q2.as<uint8_t>()[i], 0) << "ignored row, element " << i % V;
   }
   EXPECT_GT(nonzero, 3 * V);
-  expect_error([&] { be->cross_entropy_fp8(l2, g2, q, inv2, ids(tg), N, V - 1, ignore, dloss_scale); },
+  expect_error([&] { be->cross_entropy_fp8(l2, g2, q, Tensor{}, inv2, ids(tg), N, V - 1, ignore, dloss_scale); },
                {"cross_entropy_fp8"});
-  expect_error([&] { be->cross_entropy_fp8(l2, g2, g1, inv2, ids(tg), N, V, ignore, dloss_scale); },
+  expect_error([&] { be->cross_entropy_fp8(l2, g2, g1, Tensor{}, inv2, ids(tg), N, V, ignore, dloss_scale); },
                {"dq", "f8e5m2"});
+  expect_error([&] { be->cross_entropy_fp8(l2, g2, q, g1, inv2, ids(tg), N, V, ignore, dloss_scale); },
+               {"dqt", "f8e5m2"});
 }
 
 TEST_F(CpuFp8, MatmulIsTheDequantizedProductScaled) {
@@ -514,7 +526,7 @@ TEST_F(CudaFp8, MatmulMatchesTheEmulation) {
 TEST_F(CudaFp8, CrossEntropyCastMatchesTheComposition) {
   const int ignore = -100;
   for (DType dt : kBoth)
-    for (auto [N, V] : {std::pair{6, 4096}, std::pair{5, 1000}, std::pair{3, 77}}) {
+    for (auto [N, V] : {std::pair{6, 4096}, std::pair{5, 1000}, std::pair{3, 77}, std::pair{144, 1040}}) {
       const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(N) + " V=" + std::to_string(V);
       const size_t n = size_t(N) * V;
       const Vec x = randv_as(dt, n, -8, 8);
@@ -530,11 +542,26 @@ TEST_F(CudaFp8, CrossEntropyCastMatchesTheComposition) {
       gpu().upload(q2, nan_codes.data());
       gpu().fp8_quantize(q, Tensor{}, inv, g1, N, V, true);
       Tensor inv2 = gpu_poisoned(DType::F32, 1);
-      gpu().cross_entropy_fp8(l2, g2, q2, inv2, gpu_ids(tg), N, V, ignore, dloss_scale);
+      gpu().cross_entropy_fp8(l2, g2, q2, Tensor{}, inv2, gpu_ids(tg), N, V, ignore, dloss_scale);
       EXPECT_EQ(raw(l2), raw(l1)) << what << " losses";
       EXPECT_EQ(raw(g2), raw(g1)) << what << " gradient";
       EXPECT_EQ(raw(q2), raw(q)) << what << " e5m2 codes";
       EXPECT_EQ(get(inv2)[0], get(inv)[0]) << what << " inverse scale";
+      // With the transpose (the kernel then writes no gradient back, and a byte
+      // transpose follows): the same losses and codes, and qt the codes transposed.
+      Tensor g3 = gpu_from(x, dt), l3 = make(gpu(), DType::F32, N), inv3 = gpu_poisoned(DType::F32, 1);
+      Tensor q3 = make(gpu(), DType::F8E5M2, n), qt3 = make(gpu(), DType::F8E5M2, n);
+      gpu().upload(q3, nan_codes.data());
+      gpu().upload(qt3, nan_codes.data());
+      gpu().cross_entropy_fp8(l3, g3, q3, qt3, inv3, gpu_ids(tg), N, V, ignore, dloss_scale);
+      EXPECT_EQ(raw(l3), raw(l1)) << what << " losses (+T)";
+      EXPECT_EQ(raw(q3), raw(q)) << what << " e5m2 codes (+T)";
+      EXPECT_EQ(get(inv3)[0], get(inv)[0]) << what << " inverse scale (+T)";
+      const std::vector<uint8_t> codes = raw(q), tcodes = raw(qt3);
+      size_t bad = 0;
+      for (int i = 0; i < N; ++i)
+        for (int j = 0; j < V; ++j) bad += tcodes[size_t(j) * N + i] != codes[size_t(i) * V + j];
+      EXPECT_EQ(bad, 0u) << what << " transposed codes";
     }
 }
 
