@@ -169,6 +169,31 @@ TEST_F(CudaOps, Fp8CastSpeed) {
   report("swiglu_backward (bf16 out)", time_us([&] { gpu().swiglu_backward(dgu, dy, gu, N, F); }), 10.0 * nf);
   report("swiglu_backward_fp8, q + qt",
          time_us([&] { gpu().swiglu_backward_fp8(dq, dqt, inv, amax, dy, gu, N, F); }), 10.0 * nf);
+  // The loss over one 4,096-row chunk of logits (the lm_head's): the bf16 gradient
+  // alone, with its e5m2 copy, and the copy with its transpose (no bf16 gradient
+  // written, the codes read back for the transpose). Bytes count the row's two reads.
+  {
+    const int chunk = 4096, V = 151936;
+    const size_t nl = size_t(chunk) * V;
+    Tensor logits = gpu_from(randv(nl, -8, 8), bf), losses = make(gpu(), DType::F32, chunk);
+    Tensor lq = make(gpu(), e5, nl), lqt = make(gpu(), e5, nl), linv = make(gpu(), DType::F32, 1);
+    std::vector<int32_t> tg(chunk);
+    for (auto& t : tg) t = int32_t(rng() % V);
+    Tensor targets = gpu_ids(tg);
+    report("cross_entropy (bf16 gradient)",
+           time_us([&] { gpu().cross_entropy(losses, logits, targets, chunk, V, -100, 1.0f / N, true); }),
+           6.0 * nl);
+    report("cross_entropy_fp8, + e5m2",
+           time_us([&] {
+             gpu().cross_entropy_fp8(losses, logits, lq, Tensor{}, linv, targets, chunk, V, -100, 1.0f / N);
+           }),
+           7.0 * nl);
+    report("cross_entropy_fp8, e5m2 + T",
+           time_us([&] {
+             gpu().cross_entropy_fp8(losses, logits, lq, lqt, linv, targets, chunk, V, -100, 1.0f / N);
+           }),
+           7.0 * nl);
+  }
 }
 
 }  // namespace
