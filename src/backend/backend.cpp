@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/op_checks.h"
+#include "backend/stochastic_round.h"
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -450,21 +451,39 @@ float Backend::dlogits_fp8_scale(float dloss_scale) {
 }
 
 void Backend::cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor dqt, Tensor inv_scale, Tensor targets,
-                                int N, int V, int ignore_index, float dloss_scale) {
+                                int N, int V, int ignore_index, float dloss_scale, uint64_t round_key) {
   const char* op = "cross_entropy_fp8";
   check_cross_entropy(op, losses, logits, targets, N, V, ignore_index);
   check_buf(op, "dq", dq, DType::F8E5M2, size_t(N) * V);
   if (!dqt.empty()) check_buf(op, "dqt", dqt, DType::F8E5M2, size_t(N) * V);
   check_buf(op, "inv_scale", inv_scale, DType::F32, 1);
-  do_cross_entropy_fp8(losses, logits, dq, dqt, inv_scale, targets, N, V, ignore_index, dloss_scale);
+  do_cross_entropy_fp8(losses, logits, dq, dqt, inv_scale, targets, N, V, ignore_index, dloss_scale, round_key);
 }
 
 // The composition, for backends without a fused kernel: the same bits by definition.
+// Stochastic rounding has no op of its own: the gradient comes to the host (as f32,
+// which holds the activation dtype's value exactly where that is bf16 or f32) and its
+// codes go back.
 void Backend::do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor dqt, Tensor inv_scale,
-                                   Tensor targets, int N, int V, int ignore_index, float dloss_scale) {
+                                   Tensor targets, int N, int V, int ignore_index, float dloss_scale,
+                                   uint64_t round_key) {
   do_cross_entropy(losses, logits, targets, N, V, ignore_index, dloss_scale, true);
-  do_fill(inv_scale, 1.0 / double(dlogits_fp8_scale(dloss_scale)));
-  do_fp8_quantize(dq, dqt, inv_scale, logits, N, V, true, Tensor{});
+  const float s = dlogits_fp8_scale(dloss_scale);
+  do_fill(inv_scale, 1.0 / double(s));
+  if (round_key == 0) return do_fp8_quantize(dq, dqt, inv_scale, logits, N, V, true, Tensor{});
+  const size_t n = size_t(N) * V;
+  Tensor f = alloc(DType::F32, n);
+  do_copy(f, logits);
+  std::vector<float> g(n);
+  download(g.data(), f);
+  free(f);
+  std::vector<uint8_t> q(n), qt(dqt.empty() ? 0 : n);
+  for (size_t i = 0; i < n; ++i) {
+    q[i] = fp8_encode(e5m2_round_stochastic(g[i] * s, random8(round_key, i)), Fp8Format::E5M2);
+    if (!qt.empty()) qt[(i % V) * N + i / V] = q[i];
+  }
+  upload(dq, q.data());
+  if (!dqt.empty()) upload(dqt, qt.data());
 }
 
 // ---- AdamW ----------------------------------------------------------------------------

@@ -224,9 +224,11 @@ class Backend {
   // a backend without a fused kernel does exactly that. With dqt (V, N; e5m2, may be
   // empty): also dq's transpose (the lm_head's FP8 weight gradient reads it), and then
   // the logits are left unspecified (the gradient lives in dq and dqt only: a fused
-  // kernel need not write it back).
+  // kernel need not write it back). round_key nonzero: the codes round stochastically
+  // (e5m2_round_stochastic, element r * V + v of the stream random8(round_key, .))
+  // instead of to nearest: the same bits on every backend.
   void cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor dqt, Tensor inv_scale, Tensor targets, int N,
-                         int V, int ignore_index, float dloss_scale);
+                         int V, int ignore_index, float dloss_scale, uint64_t round_key = 0);
   // The scale cross_entropy_fp8 casts with.
   static float dlogits_fp8_scale(float dloss_scale);
 
@@ -318,7 +320,8 @@ class Backend {
   virtual void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
                                 float dloss_scale, bool grad) = 0;
   virtual void do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor dqt, Tensor inv_scale,
-                                   Tensor targets, int N, int V, int ignore_index, float dloss_scale);
+                                   Tensor targets, int N, int V, int ignore_index, float dloss_scale,
+                                   uint64_t round_key);
   virtual void do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) = 0;
   virtual void do_adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,
                              const AdamWParams& p) {

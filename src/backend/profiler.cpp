@@ -540,16 +540,20 @@ void ProfilingBackend::do_cross_entropy(Tensor losses, Tensor logits, Tensor tar
 }
 
 void ProfilingBackend::do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor dqt, Tensor inv_scale,
-                                            Tensor targets, int N, int V, int ignore_index, float dloss_scale) {
+                                            Tensor targets, int N, int V, int ignore_index, float dloss_scale,
+                                            uint64_t round_key) {
   if (!open_)
-    return inner_.do_cross_entropy_fp8(losses, logits, dq, dqt, inv_scale, targets, N, V, ignore_index, dloss_scale);
+    return inner_.do_cross_entropy_fp8(losses, logits, dq, dqt, inv_scale, targets, N, V, ignore_index, dloss_scale,
+                                       round_key);
   const double nv = static_cast<double>(N) * V;
   // As cross_entropy with grad, and the e5m2 copy of the gradient written too; with its
   // transpose, the gradient is not written back, and the copy is read again for it.
   const double bytes = dqt.empty() ? nv * (es(logits) * 2 + 1) : nv * (es(logits) + 3);
-  timed(dqt.empty() ? "cross_entropy +e5m2" : "cross_entropy +e5m2 +T", false,
+  timed(std::string(dqt.empty() ? "cross_entropy +e5m2" : "cross_entropy +e5m2 +T") + (round_key ? " (stochastic)" : ""),
+        false,
         bytes + N * (es(targets) + es(losses)), [&] {
-          inner_.do_cross_entropy_fp8(losses, logits, dq, dqt, inv_scale, targets, N, V, ignore_index, dloss_scale);
+          inner_.do_cross_entropy_fp8(losses, logits, dq, dqt, inv_scale, targets, N, V, ignore_index, dloss_scale,
+                                      round_key);
         });
 }
 

@@ -199,7 +199,7 @@ class ProfilingBackend : public Backend {
   void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int N, int V, int ignore_index,
                         float dloss_scale, bool grad) override;
   void do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor dqt, Tensor inv_scale, Tensor targets,
-                            int N, int V, int ignore_index, float dloss_scale) override;
+                            int N, int V, int ignore_index, float dloss_scale, uint64_t round_key) override;
 
   void do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) override;
   void do_adamw_copy(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor copy, size_t n,

@@ -23,6 +23,11 @@ const std::vector<std::string>& fp8_scalings() {
   return v;
 }
 
+const std::vector<std::string>& fp8_roundings() {
+  static const std::vector<std::string> v = {"nearest", "stochastic"};
+  return v;
+}
+
 // The order is Qwen2Model's linear slots (model/qwen2.h): bit i of its FP8 mask.
 const std::vector<std::string>& fp8_layer_kinds() {
   static const std::vector<std::string> v = {"qkv", "o", "gate_up", "down", "lm_head", "lm_head_grad"};

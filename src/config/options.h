@@ -34,6 +34,8 @@ struct TrainOptions {           // [train]
   std::vector<std::string> fp8_layers = {"gate_up", "down"};
   int fp8_bf16_end_blocks = 0;
   bool fp8_fast_accum = false;  // with fp8: the forward GEMMs use the tensor cores' fast accumulation
+  // With an FP8 lm_head: how the logits' gradient rounds to e5m2 (fp8_roundings()).
+  std::string fp8_dlogits_rounding = "nearest";
   std::string offload = "none";       // one of offload_choices(): state kept in pinned host memory
 };
 
@@ -101,6 +103,7 @@ const std::vector<std::string>& train_devices();             // train.device: cp
 const std::vector<std::string>& recompute_choices();         // train.recompute: none, norm, swiglu, ffn, attn, block
 const std::vector<std::string>& matmul_dtypes();             // train.matmul_dtype: bf16, fp8
 const std::vector<std::string>& fp8_scalings();              // train.fp8_scaling: current, delayed
+const std::vector<std::string>& fp8_roundings();  // train.fp8_dlogits_rounding: nearest, stochastic
 const std::vector<std::string>& fp8_layer_kinds();  // train.fp8_layers: qkv, o, gate_up, down, lm_head, lm_head_grad
 const std::vector<std::string>& offload_choices();           // train.offload: none, optimizer, optimizer+master
 const std::vector<std::string>& state_dtypes();              // optim.state_dtype, optim.master_dtype: fp32, bf16

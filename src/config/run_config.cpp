@@ -81,6 +81,13 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "to fp32 along the way). false (the default): every FP8 GEMM promotes; true saves about 0.8% of a 1.5B step and "
        "took the 0.5B parity run further from bf16 (docs/performance.md). A GPU choice: the CPU's emulation "
        "accumulates exactly either way"},
+      {"train.fp8_dlogits_rounding", &c.train.fp8_dlogits_rounding,
+       "with the lm_head in FP8 (train.fp8_layers naming lm_head or lm_head_grad): how the logits' gradient rounds "
+       "to e5m2: nearest (even), or stochastic (up with probability equal to the distance from the grid point "
+       "below, to 1/256; the same bits on the CPU and GPUs). Rounding to nearest loses about 0.4% of the mass of "
+       "the softmax's many small probabilities, so the gradient's row no longer sums to zero; stochastic keeps "
+       "it on average",
+       {}, fp8_roundings()},
       {"train.offload", &c.train.offload,
        "optimizer state kept in page-locked host memory instead of the GPU's, each unit's streamed through the "
        "GPU for its update: none, optimizer (AdamW's m and v), optimizer+master (and the master weights; the GPU "

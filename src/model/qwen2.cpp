@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "core/rng.h"
 
 namespace st {
 
@@ -33,6 +34,7 @@ Fp8Options Fp8Options::from(const TrainOptions& t) {
   }
   o.bf16_end_blocks = t.fp8_bf16_end_blocks;
   o.fast_accum = t.fp8_fast_accum;
+  o.dlogits_stochastic = t.fp8_dlogits_rounding == "stochastic";
   return o;
 }
 
@@ -387,8 +389,10 @@ void Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int i
     if (fp8) {  // dlogits as e5m2, both layouts: dx = dlogits · W and dW += dlogitsᵀ · x in FP8
       Tensor dq = head_dq_.slice(0, size_t(rows) * V), dqt = head_dqt_.slice(0, size_t(rows) * V),
              xt = head_xt_.slice(0, size_t(rows) * C);
+      const uint64_t key =
+          fp8_opts_.dlogits_stochastic ? counter_bits(0x646c6f6769747301ull, dlogits_casts_++) | 1u : 0;
       be_.cross_entropy_fp8(losses_.slice(r0, rows), logits, dq, dqt, d_inv, targets_.slice(r0, rows), rows, V_,
-                            ignore_index, dloss_scale);
+                            ignore_index, dloss_scale, key);
       be_.matmul_fp8(dx, dq, d_inv, head_wqt_, w_inv, Tensor{}, rows, V_, C_, false);
       be_.fp8_quantize(Tensor{}, xt, x_inv, x, rows, C_, fp8_fwd);
       be_.matmul_fp8(dw_lm, dqt, d_inv, xt, x_inv, Tensor{}, V_, rows, C_, true);

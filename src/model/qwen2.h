@@ -41,6 +41,7 @@ struct Fp8Options {
   unsigned kinds = 0xF;
   int bf16_end_blocks = 0;  // the first and the last this many blocks stay in bf16
   bool fast_accum = false;  // the forward GEMMs with the tensor cores' fast accumulation
+  bool dlogits_stochastic = false;  // the lm_head's e5m2 logit gradient rounded stochastically
   static constexpr unsigned kLmHead = 1u << 4, kLmHeadGrad = 1u << 5;
   // Any of the lm_head in FP8: its input and weight gradients (lm_head or lm_head_grad).
   bool lm_head() const { return on && (kinds & (kLmHead | kLmHeadGrad)); }
@@ -48,7 +49,7 @@ struct Fp8Options {
   bool lm_head_forward() const { return on && (kinds & kLmHead); }
   bool delayed_on() const { return on && delayed; }  // delayed scales to keep and roll
   // From the run's [train] keys (matmul_dtype, fp8_scaling, fp8_layers,
-  // fp8_bf16_end_blocks, fp8_fast_accum).
+  // fp8_bf16_end_blocks, fp8_fast_accum, fp8_dlogits_rounding).
   static Fp8Options from(const TrainOptions& t);
 };
 
@@ -196,6 +197,9 @@ class Qwen2Model {
   // output transposed (C, chunk; e4m3), and the inverse scales of the final norm's
   // output, the weight and the logits' gradient (16-byte slots, as scales_).
   Tensor head_wq_, head_wqt_, head_dq_, head_dqt_, head_xt_, head_scales_;
+  // Chunks of logits whose gradient has been cast so far: the stochastic rounding's
+  // stream for each is counter_bits(kDlogitsStream, its number), so a run repeats.
+  uint64_t dlogits_casts_ = 0;
   Tensor fp8_inv(int region, int slot) const;
   std::vector<Tensor*> owned_;
 };

@@ -18,7 +18,7 @@ const std::vector<std::string>& resume_free_keys() {
       // The matmuls' precision: the master weights and optimizer state are fp32 either
       // way, so a checkpoint continues in bf16 or fp8 alike.
       "train.matmul_dtype", "train.fp8_scaling", "train.fp8_layers", "train.fp8_bf16_end_blocks",
-      "train.fp8_fast_accum",
+      "train.fp8_fast_accum", "train.fp8_dlogits_rounding",
       // Where the state lives (the same results), and its dtypes: a checkpoint stores
       // fp32 master weights and moments, converted to the run's dtypes when loaded.
       "train.offload", "optim.state_dtype", "optim.master_dtype",

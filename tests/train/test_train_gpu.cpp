@@ -138,6 +138,12 @@ TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
     EXPECT_LE(std::abs(gg.losses[i] - cg.losses[i]), 0.02 + 0.02 * cg.losses[i]) << "lm_head_grad, step " << i + 1;
   EXPECT_NE(gg.losses, gm.losses) << "lm_head_grad in train.fp8_layers changed nothing on the GPU";
   EXPECT_NE(gg.losses, gh.losses) << "lm_head_grad ran as lm_head on the GPU";
+  // Stochastic rounding of the logits' gradient: the CPU and the GPU draw the same bits.
+  cfg.train.fp8_dlogits_rounding = "stochastic";
+  const TrainResult cs = train_one_rank(cfg, *cpu), gs = train_one_rank(cfg, *gpu);
+  for (size_t i = 0; i < cs.losses.size(); ++i)
+    EXPECT_LE(std::abs(gs.losses[i] - cs.losses[i]), 0.02 + 0.02 * cs.losses[i]) << "stochastic, step " << i + 1;
+  EXPECT_NE(gs.losses, gg.losses) << "fp8_dlogits_rounding=stochastic changed nothing on the GPU";
 }
 
 TEST(TrainGpu, FactoryMakesTheCudaBackend) {

@@ -221,6 +221,15 @@ TEST(Trainer, Fp8LmHeadIsAChoiceOfItsOwn) {
   grads_block.train.steps = grads.train.steps = 3;
   const TrainResult ga = train_on_cpu(grads), gb = train_on_cpu(grads_block);
   for (size_t i = 0; i < ga.losses.size(); ++i) EXPECT_EQ(ga.losses[i], gb.losses[i]) << "grads, step " << i + 1;
+  // The logits' gradient rounded stochastically: another run, near f32, repeating bit for bit.
+  RunConfig sr = grads;
+  sr.train.fp8_dlogits_rounding = "stochastic";
+  const TrainResult s1 = train_on_cpu(sr), s2 = train_on_cpu(sr);
+  ASSERT_EQ(s1.losses.size(), ga.losses.size());
+  EXPECT_EQ(s1.losses, s2.losses) << "stochastic rounding did not repeat";
+  EXPECT_NE(s1.losses, ga.losses) << "train.fp8_dlogits_rounding=stochastic changed nothing";
+  for (size_t i = 0; i < s1.losses.size(); ++i)
+    EXPECT_NEAR(s1.losses[i], f32.losses[i], 0.03 * f32.losses[i]) << "stochastic, step " << i + 1;
   RunConfig block = head;
   block.train.recompute = "block";
   block.train.steps = head.train.steps = 3;

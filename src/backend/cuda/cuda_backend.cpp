@@ -531,13 +531,13 @@ class CudaBackend final : public Backend {
   // logits), and a byte transpose of it gives dqt: 2 bytes an element moved where a
   // second cast from the gradient would move 3, and the kernel's own store 2 fewer.
   void do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor dq, Tensor dqt, Tensor inv_scale, Tensor targets,
-                            int N, int V, int ignore_index, float dloss_scale) override {
+                            int N, int V, int ignore_index, float dloss_scale, uint64_t round_key) override {
     use_device();
     dispatch(logits.dtype, [&](auto tag) {
       using T = decltype(tag);
       cuda::cross_entropy(losses.as<float>(), logits.as<T>(), targets.as<int32_t>(), N, V, ignore_index,
                           dloss_scale, true, stream_, dq.as<uint8_t>(), dlogits_fp8_scale(dloss_scale),
-                          inv_scale.as<float>(), dqt.empty());
+                          inv_scale.as<float>(), dqt.empty(), round_key);
     });
     if (!dqt.empty()) cuda::fp8_transpose(dqt.as<uint8_t>(), dq.as<uint8_t>(), N, V, stream_);
   }

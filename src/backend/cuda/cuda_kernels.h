@@ -136,11 +136,12 @@ void attention_backward_fa2(bf16* dqkv, const bf16* dout, const bf16* out, const
 // ---- loss.cu ---------------------------------------------------------------------
 // With dq (grad only): dq (N, V) e5m2 = fp8(the gradient as written * dq_scale), and
 // *dq_inv = 1 / dq_scale (Backend::cross_entropy_fp8); keep_dlogits false (with dq):
-// the gradient goes to dq only, the logits are left as they were.
+// the gradient goes to dq only, the logits are left as they were; round_key nonzero:
+// dq's codes round stochastically (Backend::cross_entropy_fp8).
 template <class T>
 void cross_entropy(float* losses, T* logits, const int32_t* targets, int N, int V, int ignore_index,
                    float dloss_scale, bool grad, cudaStream_t stream, uint8_t* dq = nullptr, float dq_scale = 1.0f,
-                   float* dq_inv = nullptr, bool keep_dlogits = true);
+                   float* dq_inv = nullptr, bool keep_dlogits = true, uint64_t round_key = 0);
 
 // ---- init.cu ---------------------------------------------------------------------
 // out (n, F32 or F64) = stddev * counter_normal(key, first + i) (core/rng.h).

@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/stochastic_round.h"
 
 namespace st::cuda {
 namespace {
@@ -80,14 +81,29 @@ __device__ __forceinline__ RowSplit split_row(const T* row, int V) {
 __device__ __forceinline__ uint8_t to_e5m2(float v) { return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2); }
 
 // A pack of gradient values (as stored) times s, as e5m2 at q (aligned: one store).
+// round_key nonzero: each value first rounded stochastically to e5m2's grid, element g0 + e
+// of the stream (one 64-bit draw per 8 elements where g0 is a multiple of 8).
 template <class T>
-__device__ __forceinline__ void store_e5m2(uint8_t* q, const Pack<T>& v, float s, bool aligned) {
+__device__ __forceinline__ void store_e5m2(uint8_t* q, const Pack<T>& v, float s, bool aligned, uint64_t round_key,
+                                           uint64_t g0) {
   constexpr int P = kPack<T>;
   __align__(8) uint16_t b[P / 2];
+  float f[P];
+#pragma unroll
+  for (int e = 0; e < P; ++e) f[e] = to_float(v.v[e]) * s;
+  if (round_key) {
+    if (g0 % 8 == 0 && P <= 8) {
+      const uint64_t bits = counter_bits(round_key, g0 >> 3);
+#pragma unroll
+      for (int e = 0; e < P; ++e) f[e] = e5m2_round_stochastic(f[e], uint32_t(bits >> (8 * e)) & 0xffu);
+    } else {
+#pragma unroll
+      for (int e = 0; e < P; ++e) f[e] = e5m2_round_stochastic(f[e], random8(round_key, g0 + e));
+    }
+  }
 #pragma unroll
   for (int e = 0; e < P; e += 2)
-    b[e / 2] = __nv_cvt_float2_to_fp8x2(make_float2(to_float(v.v[e]) * s, to_float(v.v[e + 1]) * s), __NV_SATFINITE,
-                                        __NV_E5M2);
+    b[e / 2] = __nv_cvt_float2_to_fp8x2(make_float2(f[e], f[e + 1]), __NV_SATFINITE, __NV_E5M2);
   if (aligned) {
     if constexpr (P == 8)
       *reinterpret_cast<uint2*>(q) = *reinterpret_cast<const uint2*>(b);
@@ -106,7 +122,7 @@ template <class T>
 __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, T* logits, const int32_t* targets,
                                                                  int V, int ignore_index, float dloss_scale,
                                                                  bool grad, uint8_t* dq, float s, float* inv_scale,
-                                                                 bool keep) {
+                                                                 bool keep, uint64_t round_key) {
   constexpr int P = kPack<T>;
   __shared__ MaxSum shared[kThreads / 32];
   __shared__ float s_lse2;
@@ -183,7 +199,10 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
   auto scalar = [&](int i) {
     const T g = from_float<T>(grad_of(to_float(x[i]), i));
     if (keep) x[i] = g;
-    if (q) q[i] = to_e5m2(to_float(g) * s);
+    if (q) {
+      const float f = to_float(g) * s;
+      q[i] = to_e5m2(round_key ? e5m2_round_stochastic(f, random8(round_key, size_t(r) * V + i)) : f);
+    }
   };
   for (int i = threadIdx.x; i < sp.head; i += kThreads) scalar(i);
   for (int i = sp.tail_start + threadIdx.x; i < V; i += kThreads) scalar(i);
@@ -200,7 +219,7 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
 #pragma unroll
         for (int e = 0; e < P; ++e) v[u].v[e] = from_float<T>(grad_of(to_float(v[u].v[e]), i0 + e));
         if (keep) store_pack_cs(body + size_t(k) * P, v[u]);
-        if (q) store_e5m2(q + i0, v[u], s, q_aligned);
+        if (q) store_e5m2(q + i0, v[u], s, q_aligned, round_key, size_t(r) * V + i0);
       }
     }
   }
@@ -211,15 +230,16 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
 template <class T>
 void cross_entropy(float* losses, T* logits, const int32_t* targets, int N, int V, int ignore_index,
                    float dloss_scale, bool grad, cudaStream_t stream, uint8_t* dq, float dq_scale, float* dq_inv,
-                   bool keep_dlogits) {
+                   bool keep_dlogits, uint64_t round_key) {
   cross_entropy_kernel<<<N, kThreads, 0, stream>>>(losses, logits, targets, V, ignore_index, dloss_scale, grad,
-                                                   grad ? dq : nullptr, dq_scale, dq_inv, keep_dlogits || !dq);
+                                                   grad ? dq : nullptr, dq_scale, dq_inv, keep_dlogits || !dq,
+                                                   round_key);
   ST_CUDA_LAUNCHED("cross_entropy_kernel");
 }
 
 template void cross_entropy<float>(float*, float*, const int32_t*, int, int, int, float, bool, cudaStream_t, uint8_t*,
-                                   float, float*, bool);
+                                   float, float*, bool, uint64_t);
 template void cross_entropy<bf16>(float*, bf16*, const int32_t*, int, int, int, float, bool, cudaStream_t, uint8_t*,
-                                  float, float*, bool);
+                                  float, float*, bool, uint64_t);
 
 }  // namespace st::cuda

@@ -5,13 +5,16 @@
 // fp32 sums.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "backend/fp8.h"
+#include "backend/stochastic_round.h"
 #include "support/op_harness.h"
 
 namespace st::testing {
@@ -229,6 +232,90 @@ TEST_F(CpuFp8, SwigluForwardCastIsTheComposition) {
 // then fp8_quantize of the gradient with the scale its bound gives (|dlogits| <=
 // |dloss_scale|: nothing saturates, and the scale is the largest that fits it), that
 // scale's inverse set; an ignored row is zeros.
+// e5m2_round_stochastic: every result is an e5m2 value (it encodes and decodes back to
+// itself) next to the input (the grid point below or above it), a grid value stays, and
+// over the 256 draws the mean is the input to within 1/512 of the step: normal values,
+// the subnormal step of 2^-16, values below it, signs.
+TEST(Fp8Stochastic, RoundsToANeighbourUnbiased) {
+  const auto E5 = Fp8Format::E5M2;
+  std::mt19937_64 rng(3);
+  std::vector<float> xs = {1.0f, 1.1f, 1.3f, -1.7f, 0.999f, 57000.0f, -300.3f, std::ldexp(1.2f, -14),
+                           std::ldexp(1.3f, -15), std::ldexp(1.7f, -17), std::ldexp(0.3f, -16), -std::ldexp(1.0f, -20)};
+  for (int i = 0; i < 200; ++i) xs.push_back(std::ldexp(std::uniform_real_distribution<float>(1, 2)(rng), int(rng() % 38) - 24));
+  for (float x : xs) {
+    const float lo = fp8_decode(fp8_encode(x, E5), E5);  // a grid neighbour (to nearest), then the other
+    double sum = 0;
+    float seen_lo = INFINITY, seen_hi = -INFINITY;
+    for (uint32_t r = 0; r < 256; ++r) {
+      const float y = e5m2_round_stochastic(x, r);
+      ASSERT_EQ(fp8_decode(fp8_encode(y, E5), E5), y) << x << " r " << r << " gave " << y << ", not an e5m2 value";
+      seen_lo = std::min(seen_lo, y), seen_hi = std::max(seen_hi, y);
+      sum += y;
+    }
+    const float e = std::fabs(x) < std::ldexp(1.0f, -14) ? std::ldexp(1.0f, -16)
+                                                          : std::ldexp(1.0f, std::ilogb(x) - 2);  // the step
+    // (within 1/256 of a step of a grid point, the 8 bits may never take the other side)
+    EXPECT_TRUE(seen_lo <= x + e / 256 && x - e / 256 <= seen_hi) << x << " in [" << seen_lo << ", " << seen_hi << "]";
+    EXPECT_TRUE(seen_lo == lo || seen_hi == lo) << x << ": nearest " << lo << " is not a result";
+    EXPECT_LE(seen_hi - seen_lo, e * 1.0001f) << x;
+    EXPECT_NEAR(sum / 256, x, e / 512 + std::fabs(x) * 1e-6) << x;
+  }
+  for (float g : {1.25f, -0.375f, std::ldexp(3.0f, -16), 57344.0f, 0.0f})
+    for (uint32_t r : {0u, 128u, 255u}) EXPECT_EQ(e5m2_round_stochastic(g, r), g) << g << " moved";
+  EXPECT_TRUE(std::isnan(e5m2_round_stochastic(NAN, 7)));
+  EXPECT_EQ(random8(9, 13), (counter_bits(9, 1) >> 40) & 0xff);
+}
+
+// The loss's e5m2 codes with a round key: on the host by definition (the composition
+// is the only way the CPU has), reproducible, and they keep the softmax's mass where
+// rounding to nearest loses some: over rows of 4,096 probabilities (logits of spread
+// 1, so no few dominate), the codes' sum of the non-target entries against the exact
+// one, nearest below by more than 0.1%, stochastic (8 keys' mean) within 0.05%.
+TEST_F(CpuFp8, CrossEntropyCastStochasticKeepsTheMass) {
+  const int N = 16, V = 4096;
+  const size_t n = size_t(N) * V;
+  std::vector<double> xs(n);
+  std::mt19937_64 r(8);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  for (auto& x : xs) x = nd(r);
+  std::vector<int32_t> tg(N);
+  for (int i = 0; i < N; ++i) tg[i] = int32_t(r() % V);
+  const float ds = 1.0f / N;
+  auto codes = [&](uint64_t key, std::vector<float>* grad) {
+    Tensor g = make(DType::F32, n), l = make(DType::F32, N), q = make(DType::F8E5M2, n), qt = make(DType::F8E5M2, n),
+           inv = make(DType::F32, 1);
+    be->copy(g, from(xs));
+    be->cross_entropy_fp8(l, g, q, qt, inv, ids(tg), N, V, -100, ds, key);
+    if (grad) {
+      const Vec gv = get(g);
+      grad->assign(gv.begin(), gv.end());
+    }
+    std::vector<uint8_t> c(q.as<uint8_t>(), q.as<uint8_t>() + n);
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < V; ++j) EXPECT_EQ(qt.as<uint8_t>()[size_t(j) * N + i], c[size_t(i) * V + j]);
+    return std::make_pair(c, double(get(inv)[0]));
+  };
+  std::vector<float> g;
+  const auto [near, inv] = codes(0, &g);
+  const auto st1 = codes(77, nullptr), st2 = codes(77, nullptr), other = codes(78, nullptr);
+  EXPECT_EQ(st1.first, st2.first) << "the same key gave other codes";
+  EXPECT_NE(st1.first, other.first) << "another key gave the same codes";
+  EXPECT_NE(st1.first, near) << "stochastic rounding gave the nearest codes";
+  auto mass_gap = [&](const std::vector<uint8_t>& c) {
+    double exact = 0, coded = 0;
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < V; ++j)
+        if (j != tg[i]) exact += g[size_t(i) * V + j], coded += fp8_decode(c[size_t(i) * V + j], Fp8Format::E5M2) * inv;
+    return coded / exact - 1;
+  };
+  double st_gap = 0;
+  for (uint64_t k = 100; k < 108; ++k) st_gap += mass_gap(codes(k, nullptr).first) / 8;
+  std::printf("mass against the exact gradient's: nearest %+.4f%%, stochastic %+.4f%%\n", 100 * mass_gap(near),
+              100 * st_gap);
+  EXPECT_LT(mass_gap(near), -0.001) << "rounding to nearest kept the mass (the reason for the option is gone?)";
+  EXPECT_LT(std::fabs(st_gap), 0.0005) << "stochastic rounding lost mass";
+}
+
 TEST_F(CpuFp8, CrossEntropyCastIsTheComposition) {
   const int N = 5, V = 40, ignore = -100;
   const float dloss_scale = 1.0f / 37;
@@ -562,6 +649,28 @@ TEST_F(CudaFp8, CrossEntropyCastMatchesTheComposition) {
       for (int i = 0; i < N; ++i)
         for (int j = 0; j < V; ++j) bad += tcodes[size_t(j) * N + i] != codes[size_t(i) * V + j];
       EXPECT_EQ(bad, 0u) << what << " transposed codes";
+      // Stochastic rounding (a round key): the codes of the host's rounding of the same
+      // gradient, with the key's stream, bit for bit, both layouts.
+      const uint64_t key = 0x1234567 + uint64_t(N) * V;
+      Tensor g4 = gpu_from(x, dt), l4 = make(gpu(), DType::F32, N), inv4 = gpu_poisoned(DType::F32, 1);
+      Tensor q4 = make(gpu(), DType::F8E5M2, n), qt4 = make(gpu(), DType::F8E5M2, n);
+      gpu().cross_entropy_fp8(l4, g4, q4, qt4, inv4, gpu_ids(tg), N, V, ignore, dloss_scale, key);
+      Tensor g5 = gpu_from(x, dt), q5 = make(gpu(), DType::F8E5M2, n);
+      gpu().cross_entropy_fp8(l4, g5, q5, Tensor{}, inv4, gpu_ids(tg), N, V, ignore, dloss_scale, key);
+      const Vec grad = get(g1);  // cross_entropy's gradient, as the activation dtype holds it
+      const float sc = Backend::dlogits_fp8_scale(dloss_scale);
+      const std::vector<uint8_t> sq = raw(q4), sqt = raw(qt4), sq5 = raw(q5);
+      size_t bad_s = 0, bad_st = 0, moved = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const uint8_t want =
+            fp8_encode(e5m2_round_stochastic(float(grad[i]) * sc, random8(key, i)), Fp8Format::E5M2);
+        bad_s += sq[i] != want || sq5[i] != want;
+        bad_st += sqt[(i % V) * N + i / V] != want;
+        moved += want != codes[i];
+      }
+      EXPECT_EQ(bad_s, 0u) << what << " stochastic codes";
+      EXPECT_EQ(bad_st, 0u) << what << " stochastic transposed codes";
+      EXPECT_GT(moved, 0u) << what << " stochastic rounding gave the nearest codes";
     }
 }
 
