@@ -40,6 +40,7 @@ def ours(run_dir, warmup):
     tflops = tps * summary["flops_per_token"] / 1e12
     cfg = open(os.path.join(run_dir, "config.toml")).read()
     rc, mm, model, scaling, layers, fast, ends = "none", "bf16", "?", "current", "gate_up,down", "false", "0"
+    rounding = "nearest"
     for line in cfg.splitlines():
         key = line.split("=", 1)[0].strip()
         val = line.split("=", 1)[1].strip().strip('"') if "=" in line else ""
@@ -53,6 +54,8 @@ def ours(run_dir, warmup):
             fast = val
         elif key == "fp8_bf16_end_blocks":
             ends = val
+        elif key == "fp8_dlogits_rounding":
+            rounding = val
         elif key == "fp8_layers":  # a TOML list: ["gate_up", "down"]
             layers = ",".join(x.strip().strip('"') for x in val.strip("[]").split(",") if x.strip())
         elif key == "preset":
@@ -63,6 +66,8 @@ def ours(run_dir, warmup):
         mm += "-fast"
     if mm.startswith("fp8") and ends != "0":
         mm += "-ends" + ends
+    if mm.startswith("fp8") and rounding == "stochastic":
+        mm += "-sr"
     if mm.startswith("fp8") and layers != "gate_up,down":  # not the default layers
         mm += "@" + layers
     act = None
