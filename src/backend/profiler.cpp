@@ -549,12 +549,12 @@ void ProfilingBackend::do_cross_entropy_fp8(Tensor losses, Tensor logits, Tensor
   // As cross_entropy with grad, and the e5m2 copy of the gradient written too; with its
   // transpose, the gradient is not written back, and the copy is read again for it.
   const double bytes = dqt.empty() ? nv * (es(logits) * 2 + 1) : nv * (es(logits) + 3);
-  timed(std::string(dqt.empty() ? "cross_entropy +e5m2" : "cross_entropy +e5m2 +T") + (round_key ? " (stochastic)" : ""),
-        false,
-        bytes + N * (es(targets) + es(losses)), [&] {
-          inner_.do_cross_entropy_fp8(losses, logits, dq, dqt, inv_scale, targets, N, V, ignore_index, dloss_scale,
-                                      round_key);
-        });
+  const std::string name = std::string(dqt.empty() ? "cross_entropy +e5m2" : "cross_entropy +e5m2 +T") +
+                           (round_key ? " (stochastic)" : "");
+  timed(name, false, bytes + N * (es(targets) + es(losses)), [&] {
+    inner_.do_cross_entropy_fp8(losses, logits, dq, dqt, inv_scale, targets, N, V, ignore_index, dloss_scale,
+                                round_key);
+  });
 }
 
 void ProfilingBackend::do_adamw(Tensor param, Tensor grad, Tensor m, Tensor v, size_t n, const AdamWParams& p) {

@@ -5,6 +5,7 @@
 // update far smaller than one bf16 step still moves the value in expectation, where
 // round-to-nearest would lose it every time. NaN stays NaN, infinities stay.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "core/rng.h"
@@ -46,11 +47,7 @@ ST_HOST_DEVICE inline float e5m2_round_stochastic(float v, uint32_t r8) {
   float out;
   if (e <= 112) {  // below 2^-14: multiples of 2^-16 (the scaling by 2^16 and the sum exact)
     const float mag = (sign ? -v : v) * 65536.0f;
-#ifdef __CUDA_ARCH__
     const float t = floorf(mag + (static_cast<float>(r8 & 0xffu) + 0.5f) * (1.0f / 256));
-#else
-    const float t = __builtin_floorf(mag + (static_cast<float>(r8 & 0xffu) + 0.5f) * (1.0f / 256));
-#endif
     out = t * (1.0f / 65536);
     return sign ? -out : out;
   }

@@ -65,8 +65,8 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        {}, fp8_scalings()},
       {"train.fp8_layers", &c.train.fp8_layers,
        "with train.matmul_dtype=fp8: which linear layers compute in FP8 (the others in bf16): any of each block's "
-       "qkv, o, gate_up, down, and lm_head or lm_head_grad (comma-separated on the command line). The default, the MLP's two, keeps "
-       "the attention projections (about an eighth of the blocks' matmul FLOPs) in bf16: with them in FP8 the loss "
+       "qkv, o, gate_up, down, and lm_head or lm_head_grad (comma-separated on the command line). The default, "
+       "the MLP's two, keeps the attention projections (about an eighth of the blocks' matmul FLOPs) in bf16: with them in FP8 the loss "
        "ran 0.9% above bf16's, without them as close as a second bf16 run (docs/performance.md). lm_head: its "
        "three GEMMs in FP8 (the logits' gradient as e5m2, scaled by its known bound); lm_head_grad: only its two "
        "gradients' GEMMs, the logits and the loss in bf16",

@@ -40,6 +40,10 @@ Fp8Options Fp8Options::from(const TrainOptions& t) {
 
 namespace {
 
+// The stochastic rounding of the lm_head's logit gradient: chunk k's stream key is
+// counter_bits(kDlogitsStream, k) (made odd: a key of 0 means rounding to nearest).
+constexpr uint64_t kDlogitsStream = 0x646c6f6769747301ull;  // "dlogits" + 1
+
 // Which activations a recompute choice leaves out (recomputed in backward): the
 // constructor allocates by it and activation_bytes_for counts by it.
 struct Dropped {
@@ -364,7 +368,8 @@ void Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int i
   if (fp8_opts_.lm_head()) {
     x_inv = head_scales_.slice(0, 1), w_inv = head_scales_.slice(4, 1), d_inv = head_scales_.slice(8, 1);
     if (fp8_fwd) be_.fp8_quantize(xq_, Tensor{}, x_inv, lnf_, N_, C_);
-    if (fp8_fwd || grad) be_.fp8_quantize(fp8_fwd ? head_wq_ : Tensor{}, grad ? head_wqt_ : Tensor{}, w_inv, w_lm, V_, C_);
+    if (fp8_fwd || grad)
+      be_.fp8_quantize(fp8_fwd ? head_wq_ : Tensor{}, grad ? head_wqt_ : Tensor{}, w_inv, w_lm, V_, C_);
   }
   for (int r0 = 0; r0 < N_; r0 += chunk_) {
     const int rows = std::min(chunk_, N_ - r0);
@@ -389,8 +394,7 @@ void Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int i
     if (fp8) {  // dlogits as e5m2, both layouts: dx = dlogits · W and dW += dlogitsᵀ · x in FP8
       Tensor dq = head_dq_.slice(0, size_t(rows) * V), dqt = head_dqt_.slice(0, size_t(rows) * V),
              xt = head_xt_.slice(0, size_t(rows) * C);
-      const uint64_t key =
-          fp8_opts_.dlogits_stochastic ? counter_bits(0x646c6f6769747301ull, dlogits_casts_++) | 1u : 0;
+      const uint64_t key = fp8_opts_.dlogits_stochastic ? counter_bits(kDlogitsStream, dlogits_casts_++) | 1u : 0;
       be_.cross_entropy_fp8(losses_.slice(r0, rows), logits, dq, dqt, d_inv, targets_.slice(r0, rows), rows, V_,
                             ignore_index, dloss_scale, key);
       be_.matmul_fp8(dx, dq, d_inv, head_wqt_, w_inv, Tensor{}, rows, V_, C_, false);

@@ -14,11 +14,8 @@ void check_matmul_dtype(const RunConfig& cfg, const Backend& backend) {
   if (cfg.train.matmul_dtype != "fp8") return;
   const std::string why = backend.fp8_unsupported_reason();
   ST_CHECK_CONFIG(why.empty(), "train.matmul_dtype=fp8: ", why, "; use train.matmul_dtype=bf16 on this device");
-  const auto& layers = cfg.train.fp8_layers;
-  const bool lm_head = std::find(layers.begin(), layers.end(), "lm_head") != layers.end() ||
-                       std::find(layers.begin(), layers.end(), "lm_head_grad") != layers.end();
-  const std::string shape =
-      Qwen2Model::fp8_shape_problem(cfg.model, cfg.train.micro_batch, cfg.train.seq_len, lm_head);
+  const std::string shape = Qwen2Model::fp8_shape_problem(cfg.model, cfg.train.micro_batch, cfg.train.seq_len,
+                                                           Fp8Options::from(cfg.train).lm_head());
   ST_CHECK_CONFIG(shape.empty(), "train.matmul_dtype=fp8: ", shape);
   ST_CHECK_CONFIG(!cfg.train.fp8_layers.empty(),
                   "train.matmul_dtype=fp8 with an empty train.fp8_layers leaves no layer in FP8; name some of qkv, o, "
@@ -39,7 +36,8 @@ std::string describe_fp8_layers(const RunConfig& cfg) {
   };
   std::vector<std::string> fp8, bf16;
   for (const std::string& key : fp8_layer_kinds())
-    if (key.rfind("lm_head", 0) != 0) (std::find(on.begin(), on.end(), key) != on.end() ? fp8 : bf16).push_back(name(key));
+    if (key.rfind("lm_head", 0) != 0)
+      (std::find(on.begin(), on.end(), key) != on.end() ? fp8 : bf16).push_back(name(key));
   if (fp8.empty()) return "none (" + join(bf16, ", ") + " in bf16)";
   std::string s = join(fp8, ", ");
   const int ends = cfg.train.fp8_bf16_end_blocks, L = cfg.model.num_layers;
@@ -54,10 +52,9 @@ std::string describe_fp8_layers(const RunConfig& cfg) {
 std::string describe_matmul_dtype(const RunConfig& cfg, const Backend& backend) {
   const std::string native = backend.device() == Device::CPU ? "f32" : "bf16";
   if (cfg.train.matmul_dtype != "fp8") return "matmuls: all in " + native;
-  const auto& on = cfg.train.fp8_layers;
-  auto named = [&](const char* k) { return std::find(on.begin(), on.end(), k) != on.end(); };
   // The lm_head: all three GEMMs (lm_head), its gradients' (lm_head_grad), or none.
-  const bool head = named("lm_head"), head_grad = !head && named("lm_head_grad");
+  const Fp8Options fp8 = Fp8Options::from(cfg.train);
+  const bool head = fp8.lm_head_forward(), head_grad = fp8.lm_head() && !head;
   const bool cpu = backend.device() == Device::CPU;
   return "matmuls: fp8 for the blocks' " + describe_fp8_layers(cfg) +
          (head ? " and the lm_head" : head_grad ? " and the lm_head's input and weight gradients" : "") +

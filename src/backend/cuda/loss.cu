@@ -92,7 +92,7 @@ __device__ __forceinline__ void store_e5m2(uint8_t* q, const Pack<T>& v, float s
 #pragma unroll
   for (int e = 0; e < P; ++e) f[e] = to_float(v.v[e]) * s;
   if (round_key) {
-    if (g0 % 8 == 0 && P <= 8) {
+    if (g0 % 8 == 0) {  // P <= 8: one draw covers the pack
       const uint64_t bits = counter_bits(round_key, g0 >> 3);
 #pragma unroll
       for (int e = 0; e < P; ++e) f[e] = e5m2_round_stochastic(f[e], uint32_t(bits >> (8 * e)) & 0xffu);
