@@ -99,6 +99,7 @@ TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
   cfg.train.matmul_dtype = "fp8";
   cfg.train.fp8_layers = {"qkv", "o", "gate_up", "down"};  // every kind (the default is the MLP's)
   cfg.train.fp8_scaling = "current";                       // the default is delayed (below)
+  cfg.train.fp8_dlogits_rounding = "nearest";              // the default is stochastic (last)
   auto cpu = make_cpu_backend();
   const TrainResult c = train_one_rank(cfg, *cpu);
   const TrainResult g = train_one_rank(cfg, *gpu);
@@ -119,8 +120,8 @@ TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
     EXPECT_LE(std::abs(gd.losses[i] - cd.losses[i]), 0.02 + 0.02 * cd.losses[i]) << "delayed, step " << i + 1;
   }
   EXPECT_LT(gd.losses.back(), gd.losses.front() - 0.5) << "the delayed fp8 run does not learn";
-  // The default layers (the MLP's), QKV and O in bf16: the same.
-  cfg.train.fp8_layers = RunConfig{}.train.fp8_layers;
+  // The MLP's layers only, QKV and O in bf16: the same.
+  cfg.train.fp8_layers = {"gate_up", "down"};
   const TrainResult cm = train_one_rank(cfg, *cpu), gm = train_one_rank(cfg, *gpu);
   for (size_t i = 0; i < cm.losses.size(); ++i)
     EXPECT_LE(std::abs(gm.losses[i] - cm.losses[i]), 0.02 + 0.02 * cm.losses[i]) << "MLP only, step " << i + 1;
@@ -138,8 +139,11 @@ TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
     EXPECT_LE(std::abs(gg.losses[i] - cg.losses[i]), 0.02 + 0.02 * cg.losses[i]) << "lm_head_grad, step " << i + 1;
   EXPECT_NE(gg.losses, gm.losses) << "lm_head_grad in train.fp8_layers changed nothing on the GPU";
   EXPECT_NE(gg.losses, gh.losses) << "lm_head_grad ran as lm_head on the GPU";
-  // Stochastic rounding of the logits' gradient: the CPU and the GPU draw the same bits.
+  // Stochastic rounding of the logits' gradient (with the layers above, the default):
+  // the CPU and the GPU draw the same bits.
   cfg.train.fp8_dlogits_rounding = "stochastic";
+  EXPECT_EQ(cfg.train.fp8_layers, RunConfig{}.train.fp8_layers);
+  EXPECT_EQ(cfg.train.fp8_dlogits_rounding, RunConfig{}.train.fp8_dlogits_rounding);
   const TrainResult cs = train_one_rank(cfg, *cpu), gs = train_one_rank(cfg, *gpu);
   for (size_t i = 0; i < cs.losses.size(); ++i)
     EXPECT_LE(std::abs(gs.losses[i] - cs.losses[i]), 0.02 + 0.02 * cs.losses[i]) << "stochastic, step " << i + 1;

@@ -137,8 +137,13 @@ TEST(Trainer, Fp8LayersAndEndBlocksChooseWhichMatmulsAreFp8) {
   cfg.train.fp8_layers = {"qkv", "o", "gate_up", "down"};
   const TrainResult all = train_on_cpu(cfg);
   RunConfig reordered = cfg, mlp = cfg;
-  mlp.train.fp8_layers = RunConfig{}.train.fp8_layers;  // the default: the MLP's two
+  mlp.train.fp8_layers = RunConfig{}.train.fp8_layers;  // the default: the MLP's two and the lm_head's gradients
   EXPECT_EQ(describe_fp8_layers(mlp), "gate|up, down; QKV, O in bf16");
+  EXPECT_NE(describe_matmul_dtype(mlp, *make_cpu_backend())
+                .find("and the lm_head's input and weight gradients (e4m3 weights and activations, e5m2 gradients "
+                      "(the logits' rounded stochastically)"),
+            std::string::npos)
+      << describe_matmul_dtype(mlp, *make_cpu_backend());
   reordered.train.fp8_layers = {"down", "gate_up", "o", "qkv"};
   EXPECT_EQ(train_on_cpu(reordered).losses, all.losses);
   RunConfig down = cfg, middle = cfg;
@@ -187,6 +192,8 @@ TEST(Trainer, Fp8LmHeadIsAChoiceOfItsOwn) {
   RunConfig cfg = tiny_run(12);
   const TrainResult f32 = train_on_cpu(cfg);
   cfg.train.matmul_dtype = "fp8";
+  cfg.train.fp8_layers = {"gate_up", "down"};  // the blocks' MLP only
+  cfg.train.fp8_dlogits_rounding = "nearest";
   const TrainResult mlp = train_on_cpu(cfg);
   RunConfig head = cfg, only = cfg;
   head.train.fp8_layers = {"gate_up", "down", "lm_head"};
