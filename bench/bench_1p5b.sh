@@ -15,8 +15,8 @@
 # "fp8-delayed@qkv,o,gate_up,down" sets train.fp8_layers; a kind ending in "-fast",
 # e.g. "fp8-fast", also sets train.fp8_fast_accum=true, and one ending in "-endsN",
 # e.g. "fp8-ends2@qkv,o,gate_up,down", train.fp8_bf16_end_blocks=N, and one ending in
-# "-sr", e.g. "fp8-sr@gate_up,down,lm_head_grad", train.fp8_dlogits_rounding=stochastic;
-# in that order: "fp8-fast-ends2-sr"), MODEL (presets, "qwen2.5-1.5b"; e.g.
+# "-sr" or "-rn", e.g. "fp8-rn@gate_up,down,lm_head_grad", train.fp8_dlogits_rounding=
+# stochastic (the default) or nearest; in that order: "fp8-fast-ends2-rn"), MODEL (presets, "qwen2.5-1.5b"; e.g.
 # "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-3b"; the anchor runs for 1.5B only), STEPS (20:
 # 5 warm-up + 15 timed, as the anchor), TORCH_MBS (8: the anchor's best), TORCH (1;
 # 0 skips the anchor). Every run samples the GPU's power draw and SM clock
@@ -59,14 +59,17 @@ for model in $MODEL; do
         name="ours_${model}_$(echo "$mm" | tr ',@' '+-')_${rc}_mb$mb"
         kind=${mm%%@*}
         ends="" sr=""
-        if [[ "$kind" =~ ^(.*)-sr$ ]]; then kind=${BASH_REMATCH[1]}; sr=1; fi
+        if [[ "$kind" =~ ^(.*)-(sr|rn)$ ]]; then
+          kind=${BASH_REMATCH[1]}
+          sr=$([ "${BASH_REMATCH[2]}" = sr ] && echo stochastic || echo nearest)
+        fi
         if [[ "$kind" =~ ^(.*)-ends([0-9]+)$ ]]; then kind=${BASH_REMATCH[1]}; ends=${BASH_REMATCH[2]}; fi
         base=${kind%-fast}
         mm_args=(--train.matmul_dtype="$base")
         [ "$base" = fp8-delayed ] && mm_args=(--train.matmul_dtype=fp8 --train.fp8_scaling=delayed)
         [ "$base" != "$kind" ] && mm_args+=(--train.fp8_fast_accum=true)
         [ -n "$ends" ] && mm_args+=(--train.fp8_bf16_end_blocks="$ends")
-        [ -n "$sr" ] && mm_args+=(--train.fp8_dlogits_rounding=stochastic)
+        [ -n "$sr" ] && mm_args+=(--train.fp8_dlogits_rounding="$sr")
         [[ "$mm" == *@* ]] && mm_args+=(--train.fp8_layers="${mm#*@}")
         echo "== shardtrain $model matmul $mm, recompute $rc, micro-batch $mb"
         sample_power > "$OUT/$name.power.csv" 2>/dev/null &

@@ -39,7 +39,7 @@ def ours(run_dir, warmup):
     tps = per_step * len(timed) / seconds / summary["world"]
     tflops = tps * summary["flops_per_token"] / 1e12
     cfg = open(os.path.join(run_dir, "config.toml")).read()
-    rc, mm, model, scaling, layers, fast, ends = "none", "bf16", "?", "current", "gate_up,down", "false", "0"
+    rc, mm, model, scaling, layers, fast, ends = "none", "bf16", "?", "current", "?", "false", "0"
     rounding = "nearest"
     for line in cfg.splitlines():
         key = line.split("=", 1)[0].strip()
@@ -66,9 +66,9 @@ def ours(run_dir, warmup):
         mm += "-fast"
     if mm.startswith("fp8") and ends != "0":
         mm += "-ends" + ends
-    if mm.startswith("fp8") and rounding == "stochastic":
-        mm += "-sr"
-    if mm.startswith("fp8") and layers != "gate_up,down":  # not the default layers
+    if mm.startswith("fp8") and "lm_head" in layers:  # the rounding acts only on the lm_head's gradient
+        mm += "-sr" if rounding == "stochastic" else "-rn"
+    if mm.startswith("fp8"):  # the layers always: the default has changed over time
         mm += "@" + layers
     act = None
     log = run_dir + ".log"
