@@ -31,7 +31,7 @@ struct TrainOptions {           // [train]
   // With fp8: which linear layers (fp8_layer_kinds(): the blocks' kinds and the
   // lm_head) compute in FP8, and how many blocks at each end of the stack keep theirs
   // all in bf16.
-  std::vector<std::string> fp8_layers = {"gate_up", "down", "lm_head_grad"};
+  std::vector<std::string> fp8_layers = {"gate_up", "down"};
   int fp8_bf16_end_blocks = 0;
   bool fp8_fast_accum = false;  // with fp8: the forward GEMMs use the tensor cores' fast accumulation
   // With an FP8 lm_head: how the logits' gradient rounds to e5m2 (fp8_roundings()).

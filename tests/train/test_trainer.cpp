@@ -137,13 +137,19 @@ TEST(Trainer, Fp8LayersAndEndBlocksChooseWhichMatmulsAreFp8) {
   cfg.train.fp8_layers = {"qkv", "o", "gate_up", "down"};
   const TrainResult all = train_on_cpu(cfg);
   RunConfig reordered = cfg, mlp = cfg;
-  mlp.train.fp8_layers = RunConfig{}.train.fp8_layers;  // the default: the MLP's two and the lm_head's gradients
+  mlp.train.fp8_layers = RunConfig{}.train.fp8_layers;  // the default: the MLP's two
   EXPECT_EQ(describe_fp8_layers(mlp), "gate|up, down; QKV, O in bf16");
-  EXPECT_NE(describe_matmul_dtype(mlp, *make_cpu_backend())
+  EXPECT_NE(describe_matmul_dtype(mlp, *make_cpu_backend()).find("; lm_head and attention in f32"), std::string::npos)
+      << describe_matmul_dtype(mlp, *make_cpu_backend());
+  EXPECT_EQ(describe_matmul_dtype(mlp, *make_cpu_backend()).find("rounded stochastically"), std::string::npos)
+      << "the rounding named with no FP8 lm_head";
+  RunConfig grads = mlp;
+  grads.train.fp8_layers = {"gate_up", "down", "lm_head_grad"};  // the rounding's default: stochastic
+  EXPECT_NE(describe_matmul_dtype(grads, *make_cpu_backend())
                 .find("and the lm_head's input and weight gradients (e4m3 weights and activations, e5m2 gradients "
                       "(the logits' rounded stochastically)"),
             std::string::npos)
-      << describe_matmul_dtype(mlp, *make_cpu_backend());
+      << describe_matmul_dtype(grads, *make_cpu_backend());
   reordered.train.fp8_layers = {"down", "gate_up", "o", "qkv"};
   EXPECT_EQ(train_on_cpu(reordered).losses, all.losses);
   RunConfig down = cfg, middle = cfg;
