@@ -59,7 +59,8 @@ std::string describe_matmul_dtype(const RunConfig& cfg, const Backend& backend) 
   return "matmuls: fp8 for the blocks' " + describe_fp8_layers(cfg) +
          (head ? " and the lm_head" : head_grad ? " and the lm_head's input and weight gradients" : "") +
          " (e4m3 weights and activations, e5m2 gradients" +
-         (fp8.lm_head() && fp8.dlogits_stochastic ? std::string(" (the logits' rounded stochastically)") : std::string()) +
+         (fp8.lm_head() && fp8.dlogits_stochastic ? std::string(" (the logits' rounded stochastically)")
+                                                    : std::string()) +
          ", per-tensor power-of-two scales" +
          (cfg.train.fp8_scaling == "delayed"
               ? std::string(" (delayed for the blocks' activations and gradients: 16 steps of amax history)")
