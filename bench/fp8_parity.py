@@ -11,7 +11,12 @@ micro-batch split, say): compare that pair the same way for the noise floor. Wit
 b is also held to the band the bf16 runs span: at each step its distance below the
 lowest or above the highest of them, relative to that run, must be within --tol. The
 exit status then follows the band check (0 within, 1 outside); the plain check against
-a alone is still printed."""
+a alone is still printed.
+
+With --mean-over K each run's loss at step s is the mean of its steps s-K+1..s, compared
+at the steps that are multiples of K (what a trainer logging every K steps with the
+interval's mean loss prints): the step-to-step noise of single batches averages out,
+the drift between runs does not."""
 import argparse, json, os, sys
 
 
@@ -22,6 +27,14 @@ def losses(run_dir):
         if "step" in r and "loss" in r:
             out[r["step"]] = r["loss"]
     return out
+
+
+def interval_means(curve, k):
+    """Each multiple s of k whose steps s-k+1..s are all there: their mean loss."""
+    if k <= 1:
+        return curve
+    return {s: sum(curve[t] for t in range(s - k + 1, s + 1)) / k
+            for s in curve if s % k == 0 and all(t in curve for t in range(s - k + 1, s + 1))}
 
 
 def listed(steps):
@@ -36,12 +49,16 @@ def main():
     ap.add_argument("--skip", type=int, default=50)
     ap.add_argument("--tol", type=float, default=0.01)
     ap.add_argument("--window", type=int, default=50)
+    ap.add_argument("--mean-over", type=int, default=1, metavar="K",
+                    help="compare the mean loss of each K steps, at the multiples of K (default 1: every step)")
     ap.add_argument("--floor", action="append", default=[],
                     help="a run of a's precision that differs from a only in rounding (repeatable)")
     args = ap.parse_args()
+    if args.mean_over < 1:
+        ap.error("--mean-over must be at least 1")
     try:
-        a, b = losses(args.a), losses(args.b)
-        floors = [losses(f) for f in args.floor]
+        a, b = interval_means(losses(args.a), args.mean_over), interval_means(losses(args.b), args.mean_over)
+        floors = [interval_means(losses(f), args.mean_over) for f in args.floor]
     except (OSError, ValueError) as e:
         print(f"fp8_parity: {e}")
         return 2
@@ -49,6 +66,8 @@ def main():
     if not steps:
         print(f"fp8_parity: no common steps after {args.skip}")
         return 2
+    if args.mean_over > 1:
+        print(f"losses: each the mean of {args.mean_over} steps, at every step that is a multiple of {args.mean_over}")
     rel = {s: abs(b[s] - a[s]) / abs(a[s]) for s in steps}
     worst = max(steps, key=rel.get)
     mean = sum(rel.values()) / len(rel)
@@ -59,7 +78,7 @@ def main():
           f"at step {worst}; final a {a[steps[-1]]:.4f} b {b[steps[-1]]:.4f}")
     signed = {s: (b[s] - a[s]) / abs(a[s]) for s in steps}
     windows = []
-    for lo in range(steps[0] - 1, steps[-1], args.window):
+    for lo in range(args.skip, steps[-1], args.window):
         w = [signed[s] for s in steps if lo < s <= lo + args.window]
         if w:
             windows.append(f"{100 * sum(w) / len(w):+.2f}")

@@ -20,7 +20,10 @@
 # the noise floor: the same math, other rounding), FLOOR (1: after the MATMULS runs, a
 # bf16 run "floor" at micro-batch MB/2 x ACCUM*2, unless a VARIANT is called floor; each
 # FP8 run is then also held to the band the two bf16 runs span, `fp8_parity.py --floor`,
-# and the exit status follows that check; 0: no floor run, the plain check decides).
+# and the exit status follows that check; 0: no floor run, the plain check decides),
+# MEAN_OVER (1: every step compared; K: the means of each K steps, at the multiples of K,
+# as a trainer logging every K steps with the interval's mean loss would print them,
+# `fp8_parity.py --mean-over K`).
 # Exit status: 0 when every compared run passes, 1 when one does not.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +39,7 @@ LR=${LR:-3e-4}
 WARMUP=${WARMUP:-20}
 SKIP=${SKIP:-50}
 TOL=${TOL:-0.01}
+MEAN_OVER=${MEAN_OVER:-1}
 export NCCL_NVLS_ENABLE=0
 mkdir -p "$OUT"
 MATMULS=${MATMULS:-"bf16 fp8"}
@@ -99,7 +103,7 @@ for mm in "${names[@]}"; do
   echo "== $mm against bf16"
   extra=("${floor_args[@]}")
   [ "$mm" = floor ] && extra=()
-  python3 bench/fp8_parity.py "$OUT/parity_bf16" "$OUT/parity_$mm" --skip "$SKIP" --tol "$TOL" "${extra[@]}" \
+  python3 bench/fp8_parity.py "$OUT/parity_bf16" "$OUT/parity_$mm" --skip "$SKIP" --tol "$TOL" --mean-over "$MEAN_OVER" "${extra[@]}" \
     > "$OUT/parity_$mm.txt"
   rc=$?
   cat "$OUT/parity_$mm.txt"

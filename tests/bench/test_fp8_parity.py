@@ -77,6 +77,37 @@ class Fp8Parity(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("within 1.0% of the band at every step after 50: NO (2 of 70 steps over: 100, 101)", out)
 
+    def test_interval_means_average_out_step_noise_but_not_drift(self):
+        # b alternates 1.5% above and below a: every step fails, the mean of each pair
+        # (and of each 10 steps) is within 0.01% of a's. A lasting 1.5% offset fails both.
+        a = self.run_dir("a")
+        noisy = self.run_dir("noisy", lambda s: 1.015 if s % 2 else 0.985)
+        rc, out = self.check(a, noisy)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("NO (70 of 70 steps over", out)
+        for k in ("2", "10"):
+            rc, out = self.check(a, noisy, "--mean-over", k)
+            self.assertEqual(rc, 0, out)
+            self.assertIn("losses: each the mean of " + k + " steps", out)
+            self.assertIn("within 1.0% at every step after 50: yes", out)
+        rc, out = self.check(a, noisy, "--mean-over", "10")
+        self.assertIn("7 steps after 50", out)  # 60, 70, ..., 120
+        drift = self.run_dir("drift", lambda s: 1.015)
+        rc, out = self.check(a, drift, "--mean-over", "10")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("NO (7 of 7 steps over: 60, 70, 80, 90, 100, 110, 120)", out)
+
+    def test_interval_means_need_every_step_of_the_interval(self):
+        a = self.run_dir("a")
+        d = self.run_dir("gap", steps=120)
+        lines = [l for l in open(os.path.join(d, "metrics.jsonl")) if '"step": 65,' not in l]
+        open(os.path.join(d, "metrics.jsonl"), "w").writelines(lines)
+        rc, out = self.check(a, d, "--mean-over", "10")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("6 steps after 50", out)  # step 70's interval lacks step 65
+        rc, out = self.check(a, a, "--mean-over", "0")
+        self.assertEqual(rc, 2, out)
+
     def test_unreadable_input_exits_2(self):
         a = self.run_dir("a")
         rc, out = self.check(a, os.path.join(self.tmp.name, "missing"))
