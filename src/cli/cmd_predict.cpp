@@ -53,7 +53,12 @@ void print_table(const StepModelInput& in, const StepPrediction& p, const Comput
               wire_dtype_name(in.reduce_dtype_bytes));
   std::printf("  links:     intra-node %g Gbit/s, %g us; inter-node %g Gbit/s, %g us (one node's link, each way)\n",
               in.intra.gbps, in.intra.latency_us, in.inter.gbps, in.inter.latency_us);
-  if (basis.source == "gpu")
+  if (basis.source == "gpu" && basis.matmul_dtype == "fp8")
+    std::printf("  compute:   %.4g s per step (%s: %g TFLOP/s dense bf16 x MFU %g; the FP8 layers' %.1f%% of the "
+                "FLOPs %gx faster: x %.3f)\n",
+                p.compute_s, basis.gpu.c_str(), basis.peak_tflops, basis.mfu, 100 * basis.fp8_share, kFp8LayerSpeedup,
+                fp8_compute_factor(basis.fp8_share));
+  else if (basis.source == "gpu")
     std::printf("  compute:   %.4g s per step (%s: %g TFLOP/s dense bf16 x MFU %g)\n", p.compute_s, basis.gpu.c_str(),
                 basis.peak_tflops, basis.mfu);
   else
@@ -107,8 +112,13 @@ int run_predict(const PredictArgs& a) {
       for (const GpuPeak& e : gpu_peaks()) known += (known.empty() ? "" : ", ") + e.name;
       fail_config("--gpu ", a.gpu, ": not in the table (", known, "); give --compute-s instead");
     }
-    basis = {"gpu", g->name, g->bf16_tflops, a.mfu};
-    in.compute_s = compute_seconds(in.model, in.seq_len, in.tokens_per_rank(), g->bf16_tflops, a.mfu);
+    if (cfg.train.matmul_dtype == "fp8" && !g->has_fp8())
+      fail_config("train.matmul_dtype = \"fp8\" with --gpu ", g->name, ": ", fp8_unsupported(*g),
+                  "; the trainer would refuse it");
+    basis = {"gpu", g->name, g->bf16_tflops, a.mfu, cfg.train.matmul_dtype,
+             fp8_flop_share(in.model, in.seq_len, cfg.train)};
+    in.compute_s = compute_seconds(in.model, in.seq_len, in.tokens_per_rank(), g->bf16_tflops, a.mfu) *
+                   fp8_compute_factor(basis.fp8_share);
   } else {
     fail_config("predict: say how long a step computes: --compute-s SECONDS, or --gpu NAME (with --mfu)");
   }
@@ -164,7 +174,9 @@ Command add_predict_command(CLI::App& root) {
                                          "seconds one rank computes per step, without communication")
                              ->check(finite_in(0, 1e7));
   CLI::Option* gpu = app->add_option("--gpu", a->gpu, "compute from this GPU's dense bf16 peak: L4, A10G, L40S, A100, "
-                                                      "H100, H200 (docs/scaleout.md)");
+                                                      "H100, H200 (docs/scaleout.md); with train.matmul_dtype = "
+                                                      "fp8 its FP8 layers' FLOPs run 1.423x faster (L4, L40S, H100, "
+                                                      "H200 only)");
   compute->excludes(gpu);
   app->add_option("--mfu", a->mfu, "with --gpu: the share of the peak a step achieves")
       ->check(finite_in(0, 1, /*lo_open=*/true))

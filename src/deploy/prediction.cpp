@@ -51,7 +51,8 @@ PredictedRun predict_run(const ClusterSpec& spec, const ClusterPrediction& cp, i
   // NCCL overlaps (each communicator on a stream of its own); Gloo does not.
   r.in.schedule = spec.run.train.device == "cuda" ? OverlapSchedule::Prefetch : OverlapSchedule::None;
   r.in.compute_s = compute_seconds(r.in.model, r.in.seq_len, r.in.tokens_per_rank(), cp.compute.peak_tflops,
-                                   cp.compute.mfu);
+                                   cp.compute.mfu) *
+                   fp8_compute_factor(cp.compute.fp8_share);
   r.p = predict_step(r.in);
   return r;
 }
@@ -89,7 +90,9 @@ ClusterPrediction predict_cluster(const ClusterSpec& spec) {
                  " in the step model's GPU table (src/stepmodel/gpu_peaks.cpp)";
     return cp;
   }
-  cp.compute = {"gpu", g->name, g->bf16_tflops, kMfu};
+  // FP8 on a GPU without it is a preflight refusal (preflight.cpp): no prediction is made.
+  cp.compute = {"gpu", g->name, g->bf16_tflops, kMfu, spec.run.train.matmul_dtype,
+                fp8_flop_share(spec.run.model, spec.run.train.seq_len, spec.run.train)};
   cp.gpu_source = g->source;
   if (spec.gpu.efa && f.efa_interfaces > 0)
     cp.efa = {"EFA", kEfaShare * f.network_gbps, f.network_gbps, kEfaLatencyUs, kEfaSource};
@@ -122,9 +125,16 @@ std::string prediction_text(const ClusterSpec& spec, const ClusterPrediction& cp
               "x %d, %s\n",
               in.tokens_per_rank(), in.micro_batch, in.seq_len, in.grad_accum, in.world(), in.nodes, in.ranks_per_node,
               in.hsdp() ? format("HSDP, shard groups of %d", in.shard_group()).c_str() : "full shard");
-  s += format("  assumed GPU: %s at %g TFLOP/s dense bf16 (%s) x %g%% MFU: compute %.3f s per step\n",
-              spec.gpu.facts->gpu_model.c_str(), cp.compute.peak_tflops, cp.gpu_source.c_str(), 100 * cp.compute.mfu,
-              cp.expected.p.compute_s);
+  if (cp.compute.matmul_dtype == "fp8")
+    s += format("  assumed GPU: %s at %g TFLOP/s dense bf16 (%s) x %g%% MFU, the FP8 layers' %.1f%% of the FLOPs "
+                "%gx faster (train.matmul_dtype = \"fp8\"; calibrated on a measured H100 step, docs/scaleout.md): "
+                "compute %.3f s per step\n",
+                spec.gpu.facts->gpu_model.c_str(), cp.compute.peak_tflops, cp.gpu_source.c_str(), 100 * cp.compute.mfu,
+                100 * cp.compute.fp8_share, kFp8LayerSpeedup, cp.expected.p.compute_s);
+  else
+    s += format("  assumed GPU: %s at %g TFLOP/s dense bf16 (%s) x %g%% MFU: compute %.3f s per step\n",
+                spec.gpu.facts->gpu_model.c_str(), cp.compute.peak_tflops, cp.gpu_source.c_str(), 100 * cp.compute.mfu,
+                cp.expected.p.compute_s);
   if (has_efa(cp)) s += link_line(cp.efa, spec.gpu.instance_type);
   s += link_line(cp.tcp, spec.gpu.instance_type);
   s += link_line(cp.intra, spec.gpu.instance_type);
@@ -190,6 +200,9 @@ nlohmann::json prediction_json(const ClusterPrediction& cp) {
                       {"gpu_bf16_tflops", cp.compute.peak_tflops},
                       {"gpu_source", cp.gpu_source},
                       {"mfu", cp.compute.mfu},
+                      {"matmul_dtype", cp.compute.matmul_dtype},
+                      {"fp8_flop_share", cp.compute.fp8_share},
+                      {"fp8_layer_speedup", kFp8LayerSpeedup},
                       {"expected_fabric", has_efa(cp) ? "efa" : "tcp"},
                       {"links", {{"tcp", link(cp.tcp)}, {"intra", link(cp.intra)}}},
                       {"tcp", step_prediction_json(cp.fallback.in, cp.fallback.p, cp.compute)},

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdio>
 
+#include "stepmodel/gpu_peaks.h"
+
 namespace st {
 namespace {
 
@@ -94,6 +96,20 @@ std::vector<Finding> preflight(const ClusterSpec& s, const PreflightOptions& o) 
                                      "refuse to train; enable EFA or expect \"socket\"");
   if (s.transport == "efa" && !s.gpu.efa)
     refuse("fabric.transport", "transport = \"efa\" needs nodes.gpu.efa = true");
+
+  // FP8 where the GPU has no FP8 tensor cores: every rank would refuse at start, on
+  // nodes already paid for.
+  if (s.run.train.matmul_dtype == "fp8") {
+    const GpuPeak* peak = find_gpu_peak(g.gpu_model);
+    if (peak && !peak->has_fp8())
+      refuse("train.matmul_dtype", "the run config asks for matmul_dtype = \"fp8\" on a " + type + ", but " +
+                                       fp8_unsupported(*peak) + "; every rank would refuse to train. Use \"bf16\", "
+                                       "or an instance with L4, L40S, H100 or H200 GPUs (g6, g6e, p5, p5e)");
+    else if (!peak)
+      note("train.matmul_dtype", "matmul_dtype = \"fp8\" on " + g.gpu_model + ", which the step model's table "
+                                 "does not know: whether it has FP8 tensor cores (compute capability 8.9 or more) "
+                                 "is checked only when the ranks start");
+  }
 
   // One pod per node, every GPU of it.
   if (s.pod_gpus != g.gpus)

@@ -16,6 +16,11 @@ struct ComputeBasis {
   std::string source = "given";  // "given" | "gpu"
   std::string gpu;               // the table's name (stepmodel/gpu_peaks.h)
   double peak_tflops = 0, mfu = 0;
+  // train.matmul_dtype, and with "fp8" the share of the FLOPs its layers take, at
+  // kFp8LayerSpeedup (gpu_peaks.h): with a GPU, compute is the bf16 time x
+  // fp8_compute_factor(fp8_share).
+  std::string matmul_dtype = "bf16";
+  double fp8_share = 0;
 };
 
 nlohmann::json step_prediction_json(const StepModelInput& in, const StepPrediction& p, const ComputeBasis& basis);

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "stepmodel/gpu_peaks.h"
 #include "support/shell.h"
 
 namespace st {
@@ -73,6 +74,37 @@ TEST(PredictCli, TheRecipeFromItsConfigAndAGpu) {
   // A run config key on the command line, as train takes it.
   const auto half = predict_json(cluster + " --train.micro_batch=2");
   EXPECT_EQ(half["tokens_per_rank"], 4096);
+}
+
+// FP8: the FP8 layers' share of the FLOPs runs kFp8LayerSpeedup faster; a GPU without
+// FP8 tensor cores is refused, as the trainer would refuse it.
+TEST(PredictCli, Fp8ShortensTheComputeOnGpusThatHaveIt) {
+  const std::string cluster = " --config " + kRecipe + " --nodes 2 --ranks-per-node 4 --mfu 0.45 "
+                              "--inter-gbps 32 --intra-gbps 100 --gpu ";
+  const auto bf16 = predict_json(cluster + "H100");
+  const auto fp8 = predict_json(cluster + "H100 --train.matmul_dtype=fp8");
+  EXPECT_EQ(bf16["matmul_dtype"], "bf16");
+  EXPECT_EQ(bf16["fp8_flop_share"], 0);
+  EXPECT_EQ(fp8["matmul_dtype"], "fp8");
+  EXPECT_NEAR(fp8["fp8_flop_share"].get<double>(), 0.7085, 0.0001);  // the MLP's, by default
+  EXPECT_EQ(fp8["fp8_layer_speedup"], kFp8LayerSpeedup);
+  EXPECT_NEAR(fp8["compute_s"].get<double>() / bf16["compute_s"].get<double>(), 1 / 1.2671, 0.0005);
+  // The bytes on the wire are the same: FP8 changes the compute only.
+  EXPECT_EQ(fp8["inter_node_bytes_per_node"], bf16["inter_node_bytes_per_node"]);
+  // Given seconds are taken as they are.
+  EXPECT_EQ(predict_json(kEmulated + " --inter-gbps 1 --compute-s 0.4 --train.matmul_dtype=fp8")["compute_s"], 0.4);
+  const auto table = run_shell(kBin + " predict" + cluster + "L4 --train.matmul_dtype=fp8");
+  ASSERT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(table.out.find("the FP8 layers' 70.9% of the FLOPs 1.423x faster: x 0.789"), std::string::npos)
+      << table.out;
+  for (const char* gpu : {"A100", "A10G"}) {
+    const auto r = run_shell(kBin + " predict" + cluster + gpu + " --train.matmul_dtype=fp8");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(std::string("train.matmul_dtype = \"fp8\" with --gpu ") + gpu + ": the " + gpu +
+                         " has compute capability 8."),
+              std::string::npos)
+        << r.out;
+  }
 }
 
 TEST(PredictCli, PrintsATable) {

@@ -342,6 +342,10 @@ TEST(Preflight, EachRefusalNamesItsKey) {
        64},
       {{{"\"train.steps\" = 100", "\"train.steps\" = 100\n\"dist.shard_group_size\" = 3"}}, "train.set",
        "does not divide the world of 8 ranks"},
+      // FP8 on A10Gs: every rank would refuse it once the nodes run.
+      {{{"instance_type = \"g6.12xlarge\"", "instance_type = \"g5.12xlarge\""},
+        {"\"train.steps\" = 100", "\"train.steps\" = 100\n\"train.matmul_dtype\" = \"fp8\""}},
+       "train.matmul_dtype", "on a g5.12xlarge, but the A10G has compute capability 8.6"},
   };
   for (const Case& c : cases) {
     const ClusterSpec s = load_cluster_file(variant("pf", c.edits).string());

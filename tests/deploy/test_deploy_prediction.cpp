@@ -9,6 +9,7 @@
 
 #include "deploy/cluster_file.h"
 #include "deploy/prediction.h"
+#include "stepmodel/gpu_peaks.h"
 #include "support/files.h"
 #include "support/shell.h"
 #include "support/temp_dir.h"
@@ -89,6 +90,31 @@ TEST(DeployPrediction, WithoutEfaOnlyTcp) {
   const nlohmann::json j = prediction_json(cp);
   EXPECT_EQ(j["expected_fabric"], "tcp");
   EXPECT_FALSE(j.contains("efa"));
+}
+
+// FP8 on the recipe's L4s: the compute of a step shrinks by the FP8 layers' share, the
+// wire does not, and over EFA the link still bounds the step.
+TEST(DeployPrediction, Fp8ShortensOnlyTheCompute) {
+  const ClusterSpec bf16 = load_cluster_file(kRecipe.string());
+  ClusterSpec spec = bf16;
+  spec.run.train.matmul_dtype = "fp8";
+  const ClusterPrediction a = predict_cluster(bf16), cp = predict_cluster(spec);
+  ASSERT_TRUE(cp.skipped.empty()) << cp.skipped;
+  EXPECT_NEAR(cp.compute.fp8_share, 0.7085, 0.0001);
+  EXPECT_NEAR(cp.expected.p.compute_s, a.expected.p.compute_s * fp8_compute_factor(cp.compute.fp8_share), 1e-9);
+  EXPECT_NEAR(cp.expected.p.compute_s, 1.163, 0.001);
+  EXPECT_EQ(cp.expected.p.inter_node_bytes_per_node, a.expected.p.inter_node_bytes_per_node);
+  EXPECT_NEAR(cp.expected.p.step_s, a.expected.p.step_s, 0.01);  // link-bound either way
+  EXPECT_LT(cp.scaling[0].full_shard.p.step_s, a.scaling[0].full_shard.p.step_s);  // one node: compute-bound
+  const std::string text = prediction_text(spec, cp);
+  EXPECT_TRUE(has(text, "x 45% MFU, the FP8 layers' 70.9% of the FLOPs 1.423x faster (train.matmul_dtype = \"fp8\"; "
+                        "calibrated on a measured H100 step, docs/scaleout.md): compute 1.163 s per step"))
+      << text;
+  const nlohmann::json j = prediction_json(cp);
+  EXPECT_EQ(j["matmul_dtype"], "fp8");
+  EXPECT_NEAR(j["fp8_flop_share"].get<double>(), 0.7085, 0.0001);
+  EXPECT_EQ(j["efa"]["matmul_dtype"], "fp8");
+  EXPECT_EQ(prediction_json(a)["matmul_dtype"], "bf16");
 }
 
 TEST(DeployPrediction, SaysWhyWhenTheGpuIsUnknown) {

@@ -42,6 +42,56 @@ TEST(GpuPeaks, FindsWholeWordsOnly) {
   for (const GpuPeak& g : gpu_peaks()) EXPECT_FALSE(g.source.empty()) << g.name;
 }
 
+TEST(GpuPeaks, Fp8NeedsComputeCapability89) {
+  for (const char* name : {"L4", "L40S", "H100", "H200"}) {
+    EXPECT_TRUE(find_gpu_peak(name)->has_fp8()) << name;
+    EXPECT_EQ(fp8_unsupported(*find_gpu_peak(name)), "") << name;
+  }
+  EXPECT_EQ(fp8_unsupported(*find_gpu_peak("A100")),
+            "the A100 has compute capability 8.0: FP8 tensor cores need 8.9 (Ada, e.g. L4, L40S) or 9.0 (Hopper: "
+            "H100, H200)");
+  EXPECT_NE(fp8_unsupported(*find_gpu_peak("A10G")).find("compute capability 8.6"), std::string::npos);
+}
+
+// The FP8 layers' share of the FLOPs, by hand for Qwen2.5-1.5B at seq 2048 (hidden
+// 1536, 12 heads and 2 KV heads of 128, MLP 8960, 28 layers, vocabulary 151936), and
+// the factor calibrated on the measured default giving the two other measured runs.
+TEST(StepModel, Fp8ShareAndTheMeasuredSteps) {
+  const ModelConfig m = model_preset("qwen2.5-1.5b");
+  const double total = step_flops_per_token(m, 2048);
+  const double h = 1536, F = 8960, V = 151936, qkv = h * (1536 + 2 * 256), o = 1536 * h;
+  TrainOptions t;
+  EXPECT_EQ(fp8_flop_share(m, 2048, t), 0);  // bf16
+  t.matmul_dtype = "fp8";                    // the MLP's, by default
+  EXPECT_DOUBLE_EQ(fp8_flop_share(m, 2048, t), 6 * 28 * 3 * h * F / total);
+  t.fp8_layers = {"qkv", "o", "gate_up", "down"};
+  const double all4 = fp8_flop_share(m, 2048, t);
+  EXPECT_DOUBLE_EQ(all4, 6 * 28 * (qkv + o + 3 * h * F) / total);
+  t.fp8_bf16_end_blocks = 2;
+  EXPECT_DOUBLE_EQ(fp8_flop_share(m, 2048, t), 6 * 24 * (qkv + o + 3 * h * F) / total);
+  t.fp8_bf16_end_blocks = 14;  // every block in bf16
+  EXPECT_EQ(fp8_flop_share(m, 2048, t), 0);
+  t = {};
+  t.matmul_dtype = "fp8";
+  t.fp8_layers = {"gate_up", "down", "lm_head_grad"};
+  const double head_grad = fp8_flop_share(m, 2048, t);
+  EXPECT_DOUBLE_EQ(head_grad, (6 * 28 * 3 * h * F + 4 * V * h) / total);
+  t.fp8_layers = {"lm_head_grad", "lm_head"};  // lm_head: all three of its GEMMs
+  EXPECT_DOUBLE_EQ(fp8_flop_share(m, 2048, t), 6 * V * h / total);
+  t.fp8_layers = {"attention"};
+  EXPECT_NE(error_of([&] { fp8_flop_share(m, 2048, t); }).find("unknown layer 'attention'"), std::string::npos);
+
+  // Measured on one H100 in one call (docs/performance.md, 2026-12-06 evening):
+  // bf16 53,991 tok/s; the default 68,411; all four kinds 69,999; the MLP's and
+  // lm_head_grad 70,973.
+  t = {};
+  t.matmul_dtype = "fp8";
+  EXPECT_NEAR(1 / fp8_compute_factor(fp8_flop_share(m, 2048, t)), 68411.0 / 53991, 0.001);  // the calibration
+  EXPECT_NEAR(1 / fp8_compute_factor(all4) / (69999.0 / 53991), 1, 0.015);
+  EXPECT_NEAR(1 / fp8_compute_factor(head_grad) / (70973.0 / 53991), 1, 0.005);
+  EXPECT_EQ(fp8_compute_factor(0), 1);
+}
+
 TEST(GpuPeaks, AgreeWithTheTrainersMfuTable) {
   for (const char* name : {"NVIDIA L4", "NVIDIA A100", "NVIDIA H100", "NVIDIA H200"})
     EXPECT_EQ(find_gpu_peak(name)->bf16_tflops, peak_bf16_tflops(name)) << name;
@@ -373,7 +423,7 @@ TEST(StepModel, JsonHasEveryDocumentedField) {
         "compute_source", "gpu", "gpu_bf16_tflops", "mfu", "compute_s", "comm_s", "comm_inter_s", "exposed_comm_s",
         "step_s", "steps_per_s", "tokens_per_s_per_rank", "tokens_per_s_cluster", "bytes_per_rank",
         "comm_s_by_kind", "inter_node_bytes_per_node", "collectives_per_step", "host_net_ns_per_byte",
-        "host_cores_per_node", "host_net_s"})
+        "host_cores_per_node", "host_net_s", "matmul_dtype", "fp8_flop_share", "fp8_layer_speedup"})
     EXPECT_TRUE(j.contains(key)) << key;
   for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"}) {
     EXPECT_TRUE(j["bytes_per_rank"][kind].contains("intra")) << kind;
