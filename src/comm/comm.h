@@ -42,6 +42,9 @@ class Comm {
   virtual void reduce_scatter(Tensor recv, Tensor send, size_t count) = 0;
   // buf (count) = Σ over ranks of buf, in place.
   virtual void all_reduce(Tensor buf, size_t count) = 0;
+  // buf (count, f32) = the element-wise maximum over ranks, in place (the FP8 amax
+  // agreed across ranks). Synchronous, ordered as the other collectives.
+  virtual void all_reduce_max(Tensor buf, size_t count);
   virtual void broadcast(Tensor buf, size_t count, int root) = 0;
   virtual void barrier() = 0;
   // Sum of a host scalar over ranks (losses, token counts, squared norms).

@@ -24,6 +24,7 @@
 //                   (the same fp32 add and rounding per hop)
 //   broadcast       gloo::broadcast, byte-wise, any dtype
 //   barrier         gloo::barrier
+//   all_reduce_max  gloo::allreduce with gloo::max<float>
 //   all_reduce_sum  gloo::allreduce of one double
 // Every call passes the communicator's timeout and a fresh tag; all ranks issue the
 // same operations in the same order, so their tags match.
@@ -145,6 +146,13 @@ class GlooComm final : public Comm {
     drain();
     do_all_reduce(buf, count);
   }
+  void all_reduce_max(Tensor buf, size_t count) override {
+    drain();
+    fits("all_reduce_max", buf, count, "buf");
+    ST_CHECK_DIST(buf.dtype == DType::F32, who(), ": all_reduce_max of ", dtype_name(buf.dtype), " (f32 only)");
+    if (count == 0) return;
+    run("all_reduce_max", [&] { reduce_in_place(buf.as<float>(), count, static_cast<ReduceFn>(&gloo::max<float>)); });
+  }
 
   CommWork all_gather_async(Tensor recv, Tensor send, size_t count) override {
     if (!overlap_ || world_ == 1) return Comm::all_gather_async(recv, send, count);
@@ -197,11 +205,11 @@ class GlooComm final : public Comm {
     if (count == 0) return;
     run("all_reduce", [&] {
       switch (reduction_dtype("all_reduce", buf.dtype)) {
-        case DType::F32: sum_in_place(buf.as<float>(), count); break;
-        case DType::F64: sum_in_place(buf.as<double>(), count); break;
-        case DType::I32: sum_in_place(buf.as<int32_t>(), count); break;
-        case DType::BF16: sum_in_place(buf.as<uint16_t>(), count, &bf16_sum); break;
-        default: sum_in_place(buf.as<int64_t>(), count); break;
+        case DType::F32: reduce_in_place(buf.as<float>(), count); break;
+        case DType::F64: reduce_in_place(buf.as<double>(), count); break;
+        case DType::I32: reduce_in_place(buf.as<int32_t>(), count); break;
+        case DType::BF16: reduce_in_place(buf.as<uint16_t>(), count, &bf16_sum); break;
+        default: reduce_in_place(buf.as<int64_t>(), count); break;
       }
     });
   }
@@ -236,7 +244,7 @@ class GlooComm final : public Comm {
 
   double all_reduce_sum(double value) override {
     drain();
-    run("all_reduce_sum", [&] { sum_in_place(&value, 1); });
+    run("all_reduce_sum", [&] { reduce_in_place(&value, 1); });
     return value;
   }
 
@@ -398,7 +406,7 @@ class GlooComm final : public Comm {
 
   using ReduceFn = void (*)(void*, const void*, const void*, size_t);
   template <class T>
-  void sum_in_place(T* buf, size_t count, ReduceFn sum = static_cast<ReduceFn>(&gloo::sum<T>)) {
+  void reduce_in_place(T* buf, size_t count, ReduceFn sum = static_cast<ReduceFn>(&gloo::sum<T>)) {
     gloo::AllreduceOptions opts(ctx_);
     opts.setOutput(buf, count);
     opts.setReduceFunction(sum);

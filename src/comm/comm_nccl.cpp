@@ -2,6 +2,7 @@
 //   all_gather      ncclAllGather (in place when send is this rank's slot of recv)
 //   reduce_scatter  ncclReduceScatter, sum
 //   all_reduce      ncclAllReduce, sum, in place
+//   all_reduce_max  ncclAllReduce, max, in place (f32)
 //   broadcast       ncclBroadcast, in place
 //   barrier         ncclAllReduce of one double in a persistent device buffer, then a
 //                   bounded wait for the communication stream
@@ -154,6 +155,13 @@ class NcclComm final : public Comm {
     wait(reduce_scatter_async(recv, send, count));
   }
   void all_reduce(Tensor buf, size_t count) override { wait(all_reduce_async(buf, count)); }
+  void all_reduce_max(Tensor buf, size_t count) override {
+    const char* op = "all_reduce_max";
+    fits(op, buf, count, "buf");
+    ST_CHECK_DIST(buf.dtype == DType::F32, who(), ": nccl all_reduce_max of ", dtype_name(buf.dtype), " (f32 only)");
+    if (count == 0) return;
+    wait(launch(op, [&] { return ncclAllReduce(buf.data, buf.data, count, ncclFloat32, ncclMax, comm_, cstream_); }));
+  }
 
   CommWork all_gather_async(Tensor recv, Tensor send, size_t count) override {
     const char* op = "all_gather";

@@ -13,6 +13,7 @@ class SingleComm final : public Comm {
   void all_gather(Tensor recv, Tensor send, size_t count) override { copy(recv, send, count); }
   void reduce_scatter(Tensor recv, Tensor send, size_t count) override { copy(recv, send, count); }
   void all_reduce(Tensor, size_t) override {}
+  void all_reduce_max(Tensor, size_t) override {}
   void broadcast(Tensor, size_t, int root) override {
     ST_CHECK(root == 0, "broadcast root ", root, " outside a world of 1");
   }

@@ -71,6 +71,10 @@ class CountingComm final : public Comm {
   void all_reduce(Tensor buf, size_t count) override {
     timed(CollectiveKind::AllReduce, ring_all_reduce(count * dtype_size(buf.dtype)), [&] { inner_->all_reduce(buf, count); });
   }
+  void all_reduce_max(Tensor buf, size_t count) override {
+    timed(CollectiveKind::AllReduce, ring_all_reduce(count * dtype_size(buf.dtype)),
+          [&] { inner_->all_reduce_max(buf, count); });
+  }
   void broadcast(Tensor buf, size_t count, int root) override {
     const uint64_t bytes = rank() == root ? static_cast<uint64_t>(world() - 1) * count * dtype_size(buf.dtype) : 0;
     const auto t0 = std::chrono::steady_clock::now();

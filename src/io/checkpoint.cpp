@@ -37,7 +37,7 @@ nlohmann::json CheckpointManifest::to_json() const {
     units_j.push_back({{"name", u.name}, {"numel", u.numel}, {"padded_numel", u.padded_numel},
                        {"shard_numel", u.shard_numel}});
   for (const CheckpointFile& f : files) files_j.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3_128", f.xxh3}});
-  return {{"format", "shardtrain-checkpoint"},
+  nlohmann::json j = {{"format", "shardtrain-checkpoint"},
           {"version", 1},
           {"step", step},
           {"shard_world", shard_world},
@@ -48,6 +48,8 @@ nlohmann::json CheckpointManifest::to_json() const {
           {"tokens_seen", tokens_seen},
           {"files", files_j},
           {"run_config", run_config}};
+  if (!fp8_scaling.is_null()) j["fp8_scaling"] = fp8_scaling;
+  return j;
 }
 
 CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const std::string& where) {
@@ -75,6 +77,7 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
         fail(where, ": file name '", name, "' is not a plain name inside the checkpoint directory");
     }
     m.run_config = j.value("run_config", "");
+    if (j.contains("fp8_scaling")) m.fp8_scaling = j.at("fp8_scaling");
     if (m.step < 0 || m.shard_world < 1 || m.replicas < 1) fail(where, ": step, shard_world or replicas out of range");
     return m;
   } catch (const nlohmann::json::exception& e) {

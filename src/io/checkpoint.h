@@ -3,8 +3,9 @@
 //     shard-00000-of-00004.safetensors   one per shard rank: per unit "<unit>.master",
 //     ...                                "<unit>.m", "<unit>.v" (f32, the rank's slice)
 //     manifest.json                      written last: step, the shard plan, the model,
-//                                        the run config, the data position, and each
-//                                        file's size and XXH3-128 hash
+//                                        the run config, the data position, the FP8
+//                                        scaling state (FP8 runs), and each file's
+//                                        size and XXH3-128 hash
 // It is written as step-N.tmp/ (files and the directory fsynced), renamed to step-N/,
 // and then the file `latest` (naming it) is replaced atomically; so a directory
 // without the .tmp suffix and with a manifest is complete, and a killed save leaves
@@ -40,6 +41,9 @@ struct CheckpointManifest {
   uint64_t seed = 0;
   uint64_t tokens_seen = 0;
   std::vector<CheckpointFile> files;
+  // The FP8 scaling state (train/fp8_scaling_record.h's form); null when the run saved
+  // none (not FP8, or a checkpoint from before it was saved).
+  nlohmann::json fp8_scaling;
   nlohmann::json to_json() const;
   static CheckpointManifest from_json(const nlohmann::json& j, const std::string& where);
 };

@@ -207,6 +207,44 @@ void Qwen2Model::begin_step() {
   fp8_begun_ = true;
 }
 
+std::optional<Fp8ScalingState> Qwen2Model::fp8_scaling_state() const {
+  if (!fp8_opts_.on) return std::nullopt;
+  Fp8ScalingState s;
+  s.layers = L_;
+  s.kinds = fp8_opts_.kinds;
+  s.bf16_end_blocks = fp8_opts_.bf16_end_blocks;
+  s.dlogits_casts = dlogits_casts_;
+  if (!fp8_opts_.delayed_on()) return s;
+  s.history_len = kFp8History;
+  s.rolls = fp8_rolls_;
+  s.begun = fp8_begun_;
+  s.amax.resize(amax_.numel);
+  s.history.resize(history_.numel);
+  be_.download(s.amax.data(), amax_);
+  be_.download(s.history.data(), history_);
+  return s;
+}
+
+std::string Qwen2Model::restore_fp8_scaling(const Fp8ScalingState& s) {
+  if (!fp8_opts_.on) return "this run's matmuls are not FP8";
+  const int len = fp8_opts_.delayed_on() ? kFp8History : 0;
+  if (s.layers != L_) return "it is of " + std::to_string(s.layers) + " blocks, this model has " + std::to_string(L_);
+  if (s.kinds != fp8_opts_.kinds || s.bf16_end_blocks != fp8_opts_.bf16_end_blocks)
+    return "it was saved with other train.fp8_layers or train.fp8_bf16_end_blocks";
+  if (s.history_len != len)
+    return len ? "it was saved with current scaling (no amax history)"
+               : "it was saved with delayed scaling, this run scales from the current amax";
+  if (len && (s.amax.size() != amax_.numel || s.history.size() != history_.numel || s.rolls < 0))
+    return "its amax or history has the wrong length";
+  dlogits_casts_ = s.dlogits_casts;
+  if (!len) return "";
+  be_.upload(amax_, s.amax.data());
+  be_.upload(history_, s.history.data());
+  fp8_rolls_ = s.rolls;
+  fp8_begun_ = s.begun;
+  return "";
+}
+
 bool Qwen2Model::fp8_layer(const Fp8Options& o, int L, int slot) {
   const int l = slot / 4, ends = std::max(o.bf16_end_blocks, 0);
   return o.on && (o.kinds >> (slot % 4) & 1u) && l >= ends && l < L - ends;

@@ -3,11 +3,13 @@
 // ParamProvider, one unit at a time, so FSDP decides what is gathered when.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "config/options.h"
+#include "model/fp8_scaling_state.h"
 #include "model/layout.h"
 #include "model/param_provider.h"
 
@@ -80,6 +82,18 @@ class Qwen2Model {
   // device, nothing waits); otherwise it does nothing.
   void begin_step();
   static constexpr int kFp8History = 16;
+  // Delayed scaling: this step's running amax of the blocks' FP8 inputs and output
+  // gradients (2 x L x 4 f32 on the device), recorded by the casts; empty otherwise.
+  // After the last micro-batch of a step the trainer makes it the maximum over the
+  // ranks (Comm::all_reduce_max), so every rank scales the next step alike.
+  Tensor fp8_step_amax() const { return fp8_opts_.delayed_on() ? amax_ : Tensor{}; }
+  // The scaling state to save with a checkpoint, between steps (copied from the device:
+  // it waits for the work enqueued so far); nullopt when no matmul is FP8.
+  std::optional<Fp8ScalingState> fp8_scaling_state() const;
+  // Continues from a saved state (before the first step of a resumed run): "" when
+  // restored, else why it does not fit this model's FP8 settings, and nothing changes
+  // (the next step then scales from its current amax, as a fresh start does).
+  std::string restore_fp8_scaling(const Fp8ScalingState& s);
 
   // One micro-batch: forward, loss, and backward into provider.grad(...).
   // tokens, targets: host arrays of B*T ids. Gradients are scaled by dloss_scale

@@ -216,6 +216,7 @@ std::string CheckpointWriter::poll(Comm& world, bool wait) {
         m.run_config = st->what.run_config;
         m.seed = st->what.seed;
         m.tokens_seen = st->what.tokens_seen;
+        m.fp8_scaling = st->what.fp8_scaling;
         for (int r = 0; r < st->shard_world; ++r) {
           const std::string name = checkpoint_shard_file(r, st->shard_world);
           const fs::path sum = fs::path(st->tmp) / (name + ".xxh3");
@@ -249,6 +250,7 @@ void CheckpointWriter::maybe_save(const CheckpointSchedule& when, int step, uint
   CheckpointSave w = when.save;
   w.step = step;
   w.tokens_seen = tokens_seen;
+  if (when.fp8_scaling && world.rank() == 0) w.fp8_scaling = when.fp8_scaling();
   if (pending()) committed(poll(world, /*wait=*/true));  // one save at a time
   const double t0 = now_seconds();
   begin(w, model, fsdp, world, shard, replicate);

@@ -23,6 +23,7 @@ struct CheckpointSave {
   uint64_t seed = 0;
   std::string run_config;     // TOML, for the record
   int keep_last = 0;          // > 0: prune to this many afterwards
+  nlohmann::json fp8_scaling;  // the manifest's FP8 scaling state (null: none)
 };
 
 // When a run saves (run.checkpoint_every) and what each of its saves records.
@@ -32,6 +33,9 @@ struct CheckpointSchedule {
   int last_step = 0;    // train.steps
   // Prints a line about a save (the trainer's: on rank 0, past its progress bar).
   std::function<void(const std::string&)> say;
+  // The FP8 scaling state to record with each save (asked on rank 0, at the save's
+  // step boundary); unset or null: none.
+  std::function<nlohmann::json()> fp8_scaling;
 };
 
 // A checkpoint written in the background while training goes on: begin() copies

@@ -18,6 +18,7 @@
 #include "core/files.h"
 #include "train/checkpointing.h"
 #include "train/flops.h"
+#include "train/fp8_scaling_record.h"
 #include "train/matmul_precision.h"
 #include "train/memory_check.h"
 #include "train/memory_plan.h"
@@ -351,6 +352,10 @@ StepMetrics Trainer::step(int s) {
     ST_NVTX_RANGE("micro-batch", static_cast<int>(micro));
     loss_sum += model_->forward_backward(*fsdp_, b.inputs.data(), b.targets.data(), scale, cfg_.data.ignore_index).sum;
   }
+  // Delayed FP8 scaling: every rank takes the largest amax of any rank into its
+  // history, so all of them scale the next step alike (one state, saved once).
+  if (const Tensor amax = model_->fp8_step_amax(); !amax.empty() && comm_.world() > 1)
+    comm_.all_reduce_max(amax, amax.numel);
   const double loss = comm_.all_reduce_sum(loss_sum) / total_valid;
   ST_CHECK(std::isfinite(loss), "step ", s + 1, ": the loss is not finite (", loss,
            "); lower optim.lr or check the data");
@@ -470,6 +475,10 @@ CheckpointSchedule Trainer::checkpoint_schedule(RunState& st) const {
     if (!st.out) return;
     st.bar.clear();
     log_info(line);
+  };
+  c.fp8_scaling = [this] {
+    const std::optional<Fp8ScalingState> s = model_->fp8_scaling_state();
+    return s ? fp8_scaling_json(*s) : nlohmann::json();
   };
   return c;
 }
@@ -653,7 +662,20 @@ int Trainer::resume() {
            cfg_.train.steps);
   tokens_seen_ = static_cast<int64_t>(m.tokens_seen);
   resumed_from_ = path;
+  restore_fp8_scaling(m, path);
   return m.step;
+}
+
+void Trainer::restore_fp8_scaling(const CheckpointManifest& m, const std::string& path) {
+  const Fp8Options o = Fp8Options::from(cfg_.train);
+  if (!o.on) return;  // a bf16 run leaves a saved state alone
+  std::string why = "the checkpoint holds none (saved without FP8)";
+  if (!m.fp8_scaling.is_null())
+    why = model_->restore_fp8_scaling(
+        fp8_scaling_from_json(m.fp8_scaling, (std::filesystem::path(path) / "manifest.json").string() + ": fp8_scaling"));
+  if (why.empty() || !o.delayed_on() || comm_.rank() != 0) return;
+  log_info("fp8: the delayed scaling's amax history is not restored from " + path + ": " + why + "; step " +
+           std::to_string(m.step + 1) + " scales from its current amax, as a fresh start does");
 }
 
 void Trainer::check_resume_settings(const std::string& path) {

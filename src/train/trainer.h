@@ -20,6 +20,7 @@
 
 namespace st {
 
+struct CheckpointManifest;
 struct CheckpointSchedule;
 class GraceWatchdog;
 struct RunSummary;
@@ -73,6 +74,9 @@ class Trainer {
   // Refuses (or, under run.resume_config=override, warns about) resuming from the
   // checkpoint at `path` under other settings than its own (collective; rank 0 reads).
   void check_resume_settings(const std::string& path);
+  // After a resume's load: the model continues from the checkpoint's FP8 scaling state
+  // where it has one that fits (else says why, with delayed scaling).
+  void restore_fp8_scaling(const CheckpointManifest& m, const std::string& path);
   // run.profile: opens, counts and closes the window around step s; prints the table.
   void profile_step(int s, int first, const StepMetrics& m, bool out);
 

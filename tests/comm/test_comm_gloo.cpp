@@ -102,6 +102,28 @@ void all_collectives(int world) {
     std::vector<int32_t> ids(1, r * 10), all(world);
     c->all_gather(view(all), view(ids), 1);
     for (int q = 0; q < world; ++q) ST_CHECK(all[q] == q * 10, "rank ", r, ": i32 all_gather");
+    // all_reduce_max (f32): rank q holds q + i at even i and -q - i at odd ones, so the
+    // maximum is W-1+i at even i and -i at odd; infinities win, NaN travels.
+    for (size_t count : {size_t(1), size_t(7), size_t(1000)}) {
+      std::vector<float> m(count);
+      for (size_t i = 0; i < count; ++i) m[i] = i % 2 ? -float(r) - float(i) : float(r) + float(i);
+      c->all_reduce_max(view(m), count);
+      for (size_t i = 0; i < count; ++i) {
+        const float want = i % 2 ? -float(i) : float(world - 1) + float(i);
+        ST_CHECK(m[i] == want, "rank ", r, ": all_reduce_max[", i, "] of ", count, " = ", m[i], ", expected ", want);
+      }
+    }
+    std::vector<float> big = {r == 1 ? INFINITY : 1.0f, r == 0 ? -INFINITY : -2.0f};
+    c->all_reduce_max(view(big), 2);
+    ST_CHECK(big[0] == INFINITY && big[1] == -2.0f, "rank ", r, ": all_reduce_max with infinities");
+    std::vector<double> f64(1, r);
+    bool refused = false;
+    try {
+      c->all_reduce_max(view(f64), 1);
+    } catch (const Error& e) {
+      refused = std::string(e.what()).find("f32 only") != std::string::npos;
+    }
+    ST_CHECK(refused, "rank ", r, ": all_reduce_max of f64 was not refused naming f32");
     c->barrier();
     const double s = c->all_reduce_sum(r + 0.5);
     ST_CHECK(s == world * (world - 1) / 2.0 + 0.5 * world, "rank ", r, ": all_reduce_sum = ", s);

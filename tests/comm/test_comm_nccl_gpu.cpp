@@ -183,6 +183,18 @@ void exercise_all(Comm& c, Backend& be) {
     for (size_t count : {size_t(1), size_t(5), size_t(1000), size_t(1 << 20) + 3}) exercise(c, be, dt, count);
   c.barrier();
   const int W = c.world();
+  {  // all_reduce_max (f32): rank q holds q + i at even i and -q - i at odd ones
+    const size_t n = 1001;
+    std::vector<double> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = i % 2 ? -double(c.rank()) - double(i) : double(c.rank()) + double(i);
+    auto b = put(be, DType::F32, v);
+    c.all_reduce_max(b->t, n);
+    const auto got = get(be, b->t);
+    for (size_t i = 0; i < n; ++i) {
+      const double want = i % 2 ? -double(i) : double(W - 1) + double(i);
+      ST_CHECK(got[i] == want, "rank ", c.rank(), ": all_reduce_max[", i, "] = ", got[i], ", expected ", want);
+    }
+  }
   const double s = c.all_reduce_sum(c.rank() + 0.5);
   ST_CHECK(s == W * (W - 1) / 2.0 + 0.5 * W, "rank ", c.rank(), ": all_reduce_sum = ", s, ", expected ",
            W * (W - 1) / 2.0 + 0.5 * W);
@@ -439,7 +451,7 @@ TEST(NcclCommGpu, WorldOfOneCollectivesF32Bf16F64I32) {
   } catch (const Error& e) {
     ADD_FAILURE() << e.what();
   }
-  std::printf("world-1 NCCL comm on %s: all_gather, reduce_scatter, all_reduce, broadcast, barrier, "
+  std::printf("world-1 NCCL comm on %s: all_gather, reduce_scatter, all_reduce, all_reduce_max, broadcast, barrier, "
               "all_reduce_sum as expected for f32, bf16, f64, i32\n",
               be->name().c_str());
 }

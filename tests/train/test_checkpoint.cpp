@@ -122,6 +122,64 @@ TEST(Checkpoint, Bf16OffloadedStateResumesBitForBit) {
   for (double l : c.losses) EXPECT_TRUE(std::isfinite(l));
 }
 
+// FP8 with delayed scaling: the checkpoint carries the amax history (manifest.json's
+// fp8_scaling), so the resumed run scales as the uninterrupted one did and repeats it
+// bit for bit (without it, the first resumed step would scale from its current amax).
+// A run whose FP8 layers differ starts a history of its own; a damaged record is a data
+// error naming the manifest and the field.
+TEST(Checkpoint, Fp8DelayedScalingResumesBitForBit) {
+  const fs::path dir = temp_dir("resume-fp8");
+  RunConfig straight = small_run(8, dir / "run");
+  straight.train.matmul_dtype = "fp8";
+  straight.train.fp8_scaling = "delayed";
+  // With the lm_head's gradients, rounded stochastically: the count of casts that keys
+  // the rounding is saved too.
+  straight.train.fp8_layers = {"qkv", "o", "gate_up", "down", "lm_head_grad"};
+  straight.train.fp8_dlogits_rounding = "stochastic";
+  straight.run.checkpoint_every = 4;
+  straight.run.keep_last = 0;
+  std::vector<float> want_w;
+  const TrainResult a = train(straight, &want_w);
+  const fs::path step4 = dir / "run/step-4";
+  const CheckpointManifest m = read_checkpoint(step4.string(), true);
+  ASSERT_TRUE(m.fp8_scaling.is_object()) << m.to_json().dump();
+  EXPECT_EQ(m.fp8_scaling.at("rolls"), 3) << "steps 2-4 rolled the history";
+  EXPECT_EQ(m.fp8_scaling.at("history_len"), Qwen2Model::kFp8History);
+  EXPECT_GT(m.fp8_scaling.at("dlogits_casts").get<int>(), 0);
+
+  RunConfig again = straight;
+  again.run.checkpoint_every = 0;
+  again.run.resume = step4.string();
+  std::vector<float> got_w;
+  const TrainResult b = train(again, &got_w);
+  ASSERT_EQ(b.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(b.losses[i], a.losses[4 + i]) << "step " << 5 + i;  // bitwise
+    EXPECT_EQ(b.grad_norms[i], a.grad_norms[4 + i]) << "step " << 5 + i;
+  }
+  EXPECT_EQ(got_w, want_w);
+
+  // Other FP8 layers: the saved history does not fit; the run goes on from its current amax.
+  RunConfig other = again;
+  other.train.fp8_layers = {"gate_up", "down", "lm_head_grad"};
+  const TrainResult c = train(other);
+  ASSERT_EQ(c.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(std::isfinite(c.losses[i])) << "step " << 5 + i;
+  EXPECT_NE(c.losses[0], a.losses[4]);
+
+  // A damaged record: refused, naming the manifest and the field.
+  nlohmann::json j = m.to_json();
+  std::string hist = j["fp8_scaling"]["history"].get<std::string>();
+  j["fp8_scaling"]["history"] = hist.substr(0, hist.size() - 8);
+  {
+    std::ofstream out(step4 / "manifest.json", std::ios::trunc);
+    out << j.dump(1);
+  }
+  const std::string e = error_of([&] { train(again); });
+  EXPECT_NE(e.find("manifest.json: fp8_scaling"), std::string::npos) << e;
+  EXPECT_NE(e.find("'history'"), std::string::npos) << e;
+}
+
 // A fresh start over a run that stopped half way without checkpoints is refused,
 // saying how to go on; over a finished run, or with resume=none, it starts.
 TEST(Checkpoint, AnUnfinishedRunDirectoryIsNotWrittenOver) {

@@ -158,9 +158,10 @@ TEST(MultiRankTraining, Bf16GradientReductionHalvesTheBytesAndTrains) {
 }
 
 // train.matmul_dtype = fp8 (the CPU's exact emulation) under FSDP over 2 ranks and HSDP
-// 2x2, every layer kind and the lm_head's gradients in FP8: each rank scales its own
-// activations and gradients (its half of the batch), so the curve is not one rank's
-// bit for bit, but follows it within 0.5% at every step; the weights travel as they do
+// 2x2, every layer kind and the lm_head's gradients in FP8: each rank casts its own
+// activations and gradients (its half of the batch; the delayed scales come from the
+// amax of all ranks, but the first step's and the lm_head's from its own), so the curve
+// is not one rank's bit for bit, but follows it within 0.5% at every step; the weights travel as they do
 // without FP8 (gathered in the compute dtype, then cast), so every step's gathered
 // and reduced bytes are those of the same run in f32.
 TEST(MultiRankTraining, Fp8UnderFsdpAndHsdpFollowsOneRank) {
@@ -185,6 +186,21 @@ TEST(MultiRankTraining, Fp8UnderFsdpAndHsdpFollowsOneRank) {
     EXPECT_EQ(r["comm_all_gather_bytes"], y.at(step)["comm_all_gather_bytes"]) << "step " << step;
     EXPECT_EQ(r["comm_reduce_scatter_bytes"], y.at(step)["comm_reduce_scatter_bytes"]) << "step " << step;
   }
+}
+
+// FP8 with delayed scaling over 2 ranks: the ranks agree on every step's amax (the
+// largest of either, Comm::all_reduce_max), so the one history a checkpoint saves is
+// each rank's own, and a run resumed from step 10 repeats steps 11-20 of the
+// uninterrupted one bit for bit.
+TEST(MultiRankTraining, Fp8DelayedScalingResumesBitForBitOnTwoRanks) {
+  const std::string fp8 = " --train.seed=5 --train.matmul_dtype=fp8 --train.fp8_scaling=delayed"
+                          " --train.fp8_layers=qkv,o,gate_up,down --run.checkpoint_every=10";
+  const auto straight = train("fp8_resume_ref", 2, 0, fp8, 1, st::test::free_port());
+  const fs::path step10 = temp_path("fp8_resume_ref") / "checkpoints" / "step-10";
+  const auto resumed = train("fp8_resume", 2, 0, fp8 + " --run.resume=" + step10.string(), 1, st::test::free_port());
+  ASSERT_EQ(straight.size(), 20u);
+  ASSERT_EQ(resumed.size(), 10u);
+  for (size_t i = 0; i < resumed.size(); ++i) EXPECT_EQ(resumed[i], straight[10 + i]) << "step " << 11 + i;
 }
 
 // Two pods of a Kubernetes Indexed Job, one rank each, started as the kubelet would

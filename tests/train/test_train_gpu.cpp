@@ -19,6 +19,7 @@
 #include "backend/factory.h"
 #include "comm/process_groups.h"
 #include "config/model_config.h"
+#include "support/temp_dir.h"
 #include "support/tiny_run.h"
 #include "train/trainer.h"
 
@@ -147,6 +148,36 @@ TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
   for (size_t i = 0; i < cs.losses.size(); ++i)
     EXPECT_LE(std::abs(gs.losses[i] - cs.losses[i]), 0.02 + 0.02 * cs.losses[i]) << "stochastic, step " << i + 1;
   EXPECT_NE(gs.losses, gg.losses) << "fp8_dlogits_rounding=stochastic changed nothing on the GPU";
+}
+
+// FP8 with delayed scaling on the GPU: the amax history and the stochastic rounding's
+// count travel through the checkpoint (downloaded from and uploaded to the device), so a
+// run resumed from step 4 repeats steps 5-8 of the uninterrupted one bit for bit.
+TEST(TrainGpu, Fp8DelayedScalingResumesBitForBit) {
+  if (!st::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = make_cuda_backend(0);
+  if (!gpu->fp8_unsupported_reason().empty()) GTEST_SKIP() << gpu->fp8_unsupported_reason();
+  const std::string dir = testing::temp_dir("gpu-resume-fp8").string();
+  RunConfig cfg = tiny_run(8);
+  cfg.train.matmul_dtype = "fp8";
+  cfg.train.fp8_scaling = "delayed";
+  cfg.train.fp8_layers = {"qkv", "o", "gate_up", "down", "lm_head_grad"};
+  cfg.train.fp8_dlogits_rounding = "stochastic";
+  cfg.run.checkpoint_dir = dir;
+  cfg.run.checkpoint_every = 4;
+  cfg.run.keep_last = 0;
+  const TrainResult a = train_one_rank(cfg, *gpu);
+  RunConfig again = cfg;
+  again.run.checkpoint_every = 0;
+  again.run.resume = dir + "/step-4";
+  const TrainResult b = train_one_rank(again, *gpu);
+  ASSERT_EQ(a.losses.size(), 8u);
+  ASSERT_EQ(b.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    std::printf("step %zu  uninterrupted %.6f  resumed %.6f\n", 5 + i, a.losses[4 + i], b.losses[i]);
+    EXPECT_EQ(b.losses[i], a.losses[4 + i]) << "step " << 5 + i;
+    EXPECT_EQ(b.grad_norms[i], a.grad_norms[4 + i]) << "step " << 5 + i;
+  }
 }
 
 TEST(TrainGpu, FactoryMakesTheCudaBackend) {
