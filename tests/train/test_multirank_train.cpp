@@ -39,8 +39,15 @@ using st::testing::temp_path;
 using Result = st::testing::ShellResult;
 Result sh(const std::string& cmd) { return st::testing::run_shell(cmd); }
 
-// A port range of this test process's own, so parallel ctest runs do not collide.
-int port(int k) { return 20000 + (getpid() % 2000) * 10 + k; }
+// Port k of this test process: one the kernel had free when first asked for, the same
+// on every later call. (A fixed range of ports, 20000 + pid-dependent, once collided
+// with the kernel's ephemeral ports, 32768-60999, which other tests' connections hold.)
+int port(int k) {
+  static std::map<int, int> ports;
+  auto it = ports.find(k);
+  if (it == ports.end()) it = ports.emplace(k, st::test::free_port()).first;
+  return it->second;
+}
 
 const std::string kModel =
     " --model.preset=tiny --model.layers=2 --model.hidden_size=64 --model.intermediate_size=128"
