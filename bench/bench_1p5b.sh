@@ -17,7 +17,9 @@
 # e.g. "fp8-ends2@qkv,o,gate_up,down", train.fp8_bf16_end_blocks=N, and one ending in
 # "-sr" or "-rn", e.g. "fp8-rn@gate_up,down,lm_head_grad", train.fp8_dlogits_rounding=
 # stochastic (the default) or nearest; in that order: "fp8-fast-ends2-rn"), MODEL (presets, "qwen2.5-1.5b"; e.g.
-# "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-3b"; the anchor runs for 1.5B only), STEPS (20:
+# "qwen2.5-0.5b qwen2.5-1.5b qwen2.5-3b"; a preset may carry its own micro-batches
+# after a colon, "+" between them, in place of MBS: "qwen2.5-0.5b:32 qwen2.5-1.5b:24
+# qwen2.5-3b:6" runs the three sizes in one call; the anchor runs for 1.5B only), STEPS (20:
 # 5 warm-up + 15 timed, as the anchor), TORCH_MBS (8: the anchor's best), TORCH (1;
 # 0 skips the anchor). Every run samples the GPU's power draw and SM clock
 # (nvidia-smi, every 0.2 s) into <run>.power.csv; compare.py averages the samples of
@@ -52,10 +54,15 @@ sample_power() {
     sleep 0.2
   done
 }
-for model in $MODEL; do
+has_1p5b=0
+for spec in $MODEL; do
+  model=${spec%%:*}
+  model_mbs=$MBS
+  [[ "$spec" == *:* ]] && model_mbs=$(echo "${spec#*:}" | tr '+' ' ')
+  [ "$model" = qwen2.5-1.5b ] && has_1p5b=1
   for mm in $MATMUL; do
     for rc in $RECOMPUTE; do
-      for mb in $MBS; do
+      for mb in $model_mbs; do
         name="ours_${model}_$(echo "$mm" | tr ',@' '+-')_${rc}_mb$mb"
         kind=${mm%%@*}
         ends="" sr=""
@@ -85,7 +92,7 @@ for model in $MODEL; do
     done
   done
 done
-if [ "$TORCH" = 1 ] && [[ " $MODEL " == *" qwen2.5-1.5b "* ]]; then
+if [ "$TORCH" = 1 ] && [ "$has_1p5b" = 1 ]; then
   for mode in eager compile; do
     echo "== torch FSDP2 $mode"
     flag=""; [ "$mode" = compile ] && flag="--compile"
