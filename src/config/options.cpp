@@ -30,7 +30,7 @@ const std::vector<std::string>& fp8_roundings() {
 
 // The order is Qwen2Model's linear slots (model/qwen2.h): bit i of its FP8 mask.
 const std::vector<std::string>& fp8_layer_kinds() {
-  static const std::vector<std::string> v = {"qkv", "o", "gate_up", "down", "lm_head", "lm_head_grad"};
+  static const std::vector<std::string> v = {"qkv", "o", "gate_up", "down", "lm_head", "lm_head_grad", "lm_head_fwd"};
   return v;
 }
 

@@ -104,7 +104,7 @@ const std::vector<std::string>& recompute_choices();         // train.recompute:
 const std::vector<std::string>& matmul_dtypes();             // train.matmul_dtype: bf16, fp8
 const std::vector<std::string>& fp8_scalings();              // train.fp8_scaling: current, delayed
 const std::vector<std::string>& fp8_roundings();  // train.fp8_dlogits_rounding: nearest, stochastic
-const std::vector<std::string>& fp8_layer_kinds();  // train.fp8_layers: qkv, o, gate_up, down, lm_head, lm_head_grad
+const std::vector<std::string>& fp8_layer_kinds();  // train.fp8_layers: qkv, o, gate_up, down, lm_head, lm_head_grad, lm_head_fwd
 const std::vector<std::string>& offload_choices();           // train.offload: none, optimizer, optimizer+master
 const std::vector<std::string>& state_dtypes();              // optim.state_dtype, optim.master_dtype: fp32, bf16
 const std::vector<std::string>& data_sources();              // data.source: random, text, tokens

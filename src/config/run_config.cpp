@@ -66,9 +66,10 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        {}, fp8_scalings()},
       {"train.fp8_layers", &c.train.fp8_layers,
        "with train.matmul_dtype=fp8: which linear layers compute in FP8 (the others in bf16): any of each block's "
-       "qkv, o, gate_up, down, and lm_head or lm_head_grad (comma-separated on the command line). lm_head: its "
-       "three GEMMs in FP8 (the logits' gradient as e5m2, scaled by its known bound); lm_head_grad: only its two "
-       "gradients' GEMMs, the logits and the loss in bf16. The default, the MLP's two, keeps the attention "
+       "qkv, o, gate_up, down, and lm_head, lm_head_grad or lm_head_fwd (comma-separated on the command line). "
+       "lm_head: its three GEMMs in FP8 (the logits' gradient as e5m2, scaled by its known bound); lm_head_grad: "
+       "only its two gradients' GEMMs, the logits and the loss in bf16; lm_head_fwd: only its forward (the "
+       "logits), the loss and the gradients in bf16. The default, the MLP's two, keeps the attention "
        "projections (about an eighth of the blocks' matmul FLOPs) and the lm_head in bf16: with the attention's "
        "in FP8 the loss ran 0.9% above bf16's; adding lm_head_grad is about 3% faster at 1.5B (1.31x bf16 "
        "against 1.27x) but ran 0.5-0.7% below bf16's loss on average, where the default stays within 0.2% "
@@ -85,7 +86,8 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "took the 0.5B parity run further from bf16 (docs/performance.md). A GPU choice: the CPU's emulation "
        "accumulates exactly either way"},
       {"train.fp8_dlogits_rounding", &c.train.fp8_dlogits_rounding,
-       "with the lm_head in FP8 (train.fp8_layers naming lm_head or lm_head_grad): how the logits' gradient rounds "
+       "with the lm_head's gradients in FP8 (train.fp8_layers naming lm_head or lm_head_grad): how the logits' "
+       "gradient rounds "
        "to e5m2: nearest (even), or stochastic (up with probability equal to the distance from the grid point "
        "below, to 1/256; the same bits on the CPU and GPUs). Rounding to nearest loses about 0.4% of the mass of "
        "the softmax's many small probabilities, so the gradient's row no longer sums to zero and the run learns "

@@ -91,9 +91,9 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
   eps_ = static_cast<float>(c.rms_norm_eps);
   theta_ = static_cast<float>(c.rope_theta);
   if (fp8_opts_.on) {  // refused before anything is allocated (a throw here leaves nothing behind)
-    const std::string why = fp8_shape_problem(c, B, T, fp8.lm_head());
+    const std::string why = fp8_shape_problem(c, B, T, fp8.lm_head_any());
     ST_CHECK(why.empty(), "train.matmul_dtype=fp8: ", why);
-    ST_CHECK(!fp8.lm_head() || chunk_ % 16 == 0, "train.fp8_layers with the lm_head: the logits' chunk of ", chunk_,
+    ST_CHECK(!fp8.lm_head_any() || chunk_ % 16 == 0, "train.fp8_layers with the lm_head: the logits' chunk of ", chunk_,
              " rows is not a multiple of 16");
   }
 
@@ -163,14 +163,14 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
     make(scales_, DType::F32, size_t(L_) * 4 * 3 * 4);
     make(amax_, DType::F32, size_t(L_) * 4 * 2);
     make(history_, DType::F32, size_t(L_) * 4 * 2 * kFp8History);
+    if (fp8.lm_head_forward()) make(head_wq_, DType::F8E4M3, size_t(V_) * C);
     if (fp8.lm_head()) {
-      if (fp8.lm_head_forward()) make(head_wq_, DType::F8E4M3, size_t(V_) * C);
       make(head_wqt_, DType::F8E4M3, size_t(V_) * C);
       make(head_dq_, DType::F8E5M2, size_t(chunk_) * V_);
       make(head_dqt_, DType::F8E5M2, size_t(chunk_) * V_);
       make(head_xt_, DType::F8E4M3, size_t(chunk_) * C);
-      make(head_scales_, DType::F32, 3 * 4);
     }
+    if (fp8.lm_head_any()) make(head_scales_, DType::F32, 3 * 4);
   }
 }
 
@@ -338,8 +338,9 @@ uint64_t Qwen2Model::activation_bytes_for(const ModelConfig& c, DType dtype, int
     const U A = H * hd;
     bytes += N * std::max({C, A, F}) + std::max({QKV * C, C * A, 2 * F * C, C * F}) +
              2 * N * std::max({QKV, C, 2 * F}) + L * 4 * 3 * 4 * 4 + L * 4 * 2 * 4 + L * 4 * 2 * kFp8History * 4;
-    if (fp8_opts.lm_head())  // head_wq_ (forward only), head_wqt_, head_dq_, head_dqt_, head_xt_, head_scales_
-      bytes += (fp8_opts.lm_head_forward() ? 2 : 1) * V * C + 2 * chunk * V + chunk * C + 3 * 4 * 4;
+    if (fp8_opts.lm_head_forward()) bytes += V * C;  // head_wq_
+    if (fp8_opts.lm_head()) bytes += V * C + 2 * chunk * V + chunk * C;  // head_wqt_, head_dq_, head_dqt_, head_xt_
+    if (fp8_opts.lm_head_any()) bytes += 3 * 4 * 4;  // head_scales_
   }
   return bytes > std::numeric_limits<uint64_t>::max() ? std::numeric_limits<uint64_t>::max()
                                                        : static_cast<uint64_t>(bytes);
@@ -400,14 +401,15 @@ void Qwen2Model::head(ParamProvider& params, bool grad, float dloss_scale, int i
   if (logits_out && dt_ != DType::F32) logits_f32 = be_.alloc(DType::F32, static_cast<size_t>(chunk_) * V);
   // An FP8 lm_head: the weight cast once (current scaling), in the layouts its GEMMs
   // read; with its forward in FP8, the final norm's output too (the chunks' transposes
-  // for the weight gradient reuse that scale; without, each chunk's has its own).
+  // for the weight gradient reuse that scale; without, each chunk's has its own). With
+  // the forward alone in FP8 (lm_head_fwd) the gradients below are the bf16 ones.
   const bool fp8 = fp8_opts_.lm_head() && grad, fp8_fwd = fp8_opts_.lm_head_forward();
   Tensor x_inv, w_inv, d_inv;
-  if (fp8_opts_.lm_head()) {
+  if (fp8_opts_.lm_head_any()) {
     x_inv = head_scales_.slice(0, 1), w_inv = head_scales_.slice(4, 1), d_inv = head_scales_.slice(8, 1);
     if (fp8_fwd) be_.fp8_quantize(xq_, Tensor{}, x_inv, lnf_, N_, C_);
-    if (fp8_fwd || grad)
-      be_.fp8_quantize(fp8_fwd ? head_wq_ : Tensor{}, grad ? head_wqt_ : Tensor{}, w_inv, w_lm, V_, C_);
+    if (fp8_fwd || fp8)
+      be_.fp8_quantize(fp8_fwd ? head_wq_ : Tensor{}, fp8 ? head_wqt_ : Tensor{}, w_inv, w_lm, V_, C_);
   }
   for (int r0 = 0; r0 < N_; r0 += chunk_) {
     const int rows = std::min(chunk_, N_ - r0);

@@ -39,16 +39,19 @@ struct Fp8Options {
   bool delayed = false;  // train.fp8_scaling = "delayed"
   // Bit k < 4: the layer kind of slot k in every block (0 qkv, 1 o, 2 gate|up, 3 down);
   // bit 4: the lm_head, all three of its GEMMs; bit 5: its two gradients' GEMMs only,
-  // the logits in bf16 (train.fp8_layers, in fp8_layer_kinds()'s order).
+  // the logits in bf16; bit 6: its forward only (the logits), the gradients in bf16
+  // (train.fp8_layers, in fp8_layer_kinds()'s order).
   unsigned kinds = 0xF;
   int bf16_end_blocks = 0;  // the first and the last this many blocks stay in bf16
   bool fast_accum = false;  // the forward GEMMs with the tensor cores' fast accumulation
   bool dlogits_stochastic = false;  // the lm_head's e5m2 logit gradient rounded stochastically
-  static constexpr unsigned kLmHead = 1u << 4, kLmHeadGrad = 1u << 5;
-  // Any of the lm_head in FP8: its input and weight gradients (lm_head or lm_head_grad).
+  static constexpr unsigned kLmHead = 1u << 4, kLmHeadGrad = 1u << 5, kLmHeadFwd = 1u << 6;
+  // The lm_head's input and weight gradients in FP8 (lm_head or lm_head_grad).
   bool lm_head() const { return on && (kinds & (kLmHead | kLmHeadGrad)); }
-  // Its forward (the logits) too: lm_head.
-  bool lm_head_forward() const { return on && (kinds & kLmHead); }
+  // Its forward (the logits) in FP8 (lm_head or lm_head_fwd).
+  bool lm_head_forward() const { return on && (kinds & (kLmHead | kLmHeadFwd)); }
+  // Any of its GEMMs in FP8 (the shape rules and the scales apply).
+  bool lm_head_any() const { return lm_head() || lm_head_forward(); }
   bool delayed_on() const { return on && delayed; }  // delayed scales to keep and roll
   // From the run's [train] keys (matmul_dtype, fp8_scaling, fp8_layers,
   // fp8_bf16_end_blocks, fp8_fast_accum, fp8_dlogits_rounding).
@@ -65,7 +68,8 @@ class Qwen2Model {
   // stays in `dtype`, and so does the lm_head unless fp8.kinds names it: then its input
   // and weight gradients run in FP8 (the logits' gradient cast by the loss kernel with
   // the scale its bound gives, and transposed, cross_entropy_fp8), and with lm_head (not
-  // lm_head_grad) its forward too. Needs the hidden, q/kv, FFN and token (B*T)
+  // lm_head_grad) its forward too; lm_head_fwd runs the forward alone in FP8 (the loss,
+  // the logits' gradient and the two gradient GEMMs in `dtype`). Needs the hidden, q/kv, FFN and token (B*T)
   // dimensions, and the vocabulary with an FP8 lm_head, to be multiples of 16.
   // fp8.delayed (train.fp8_scaling = "delayed"): activations and gradients are cast in
   // one pass with the scale of the largest amax of their last kFp8History steps
@@ -205,8 +209,9 @@ class Qwen2Model {
   // then of each output gradient (2 x L x 4); history_: the last kFp8History steps' of
   // each (delayed scaling).
   Tensor xq_, wq_, dq_, dqt_, scales_, amax_, history_;
-  // An FP8 lm_head (fp8_opts_.lm_head()): its weight cast (V, C; lm_head_forward() only)
-  // and transposed (C, V) (e4m3, current scaling, once a micro-batch), a chunk's logit
+  // An FP8 lm_head (fp8_opts_.lm_head_any()): its weight cast (V, C; lm_head_forward())
+  // and transposed (C, V; lm_head(), as the rest but the scales) (e4m3, current scaling,
+  // once a micro-batch), a chunk's logit
   // gradient (chunk, V) and its transpose (V, chunk) (e5m2), the chunk's final-norm
   // output transposed (C, chunk; e4m3), and the inverse scales of the final norm's
   // output, the weight and the logits' gradient (16-byte slots, as scales_).

@@ -74,7 +74,8 @@ double fp8_flop_share(const ModelConfig& m, int seq_len, const TrainOptions& t) 
     else if (k == "gate_up") layer += 2 * hidden * F;
     else if (k == "down") layer += F * hidden;
     else if (k == "lm_head") head = 6;
-    else if (k == "lm_head_grad") head = std::max(head, 4.0);
+    else if (k == "lm_head_grad") head = head == 2 ? 6.0 : std::max(head, 4.0);
+    else if (k == "lm_head_fwd") head = head == 4 ? 6.0 : std::max(head, 2.0);
     else fail_config("train.fp8_layers: unknown layer '", k, "'");
   }
   const double blocks = std::max(0, m.num_layers - 2 * std::max(t.fp8_bf16_end_blocks, 0));

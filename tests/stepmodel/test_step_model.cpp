@@ -78,6 +78,12 @@ TEST(StepModel, Fp8ShareAndTheMeasuredSteps) {
   EXPECT_DOUBLE_EQ(head_grad, (6 * 28 * 3 * h * F + 4 * V * h) / total);
   t.fp8_layers = {"lm_head_grad", "lm_head"};  // lm_head: all three of its GEMMs
   EXPECT_DOUBLE_EQ(fp8_flop_share(m, 2048, t), 6 * V * h / total);
+  t.fp8_layers = {"lm_head_fwd"};  // the forward's GEMM alone
+  EXPECT_DOUBLE_EQ(fp8_flop_share(m, 2048, t), 2 * V * h / total);
+  t.fp8_layers = {"lm_head_fwd", "lm_head_grad"};  // the two together are lm_head
+  EXPECT_DOUBLE_EQ(fp8_flop_share(m, 2048, t), 6 * V * h / total);
+  t.fp8_layers = {"lm_head_grad", "lm_head_fwd"};
+  EXPECT_DOUBLE_EQ(fp8_flop_share(m, 2048, t), 6 * V * h / total);
   t.fp8_layers = {"attention"};
   EXPECT_NE(error_of([&] { fp8_flop_share(m, 2048, t); }).find("unknown layer 'attention'"), std::string::npos);
 

@@ -140,6 +140,14 @@ TEST(TrainGpu, Fp8FollowsTheCpuEmulationAndTheBf16Run) {
     EXPECT_LE(std::abs(gg.losses[i] - cg.losses[i]), 0.02 + 0.02 * cg.losses[i]) << "lm_head_grad, step " << i + 1;
   EXPECT_NE(gg.losses, gm.losses) << "lm_head_grad in train.fp8_layers changed nothing on the GPU";
   EXPECT_NE(gg.losses, gh.losses) << "lm_head_grad ran as lm_head on the GPU";
+  // Its forward alone (the logits from an FP8 GEMM, the loss and gradients in bf16).
+  cfg.train.fp8_layers = {"gate_up", "down", "lm_head_fwd"};
+  const TrainResult cf = train_one_rank(cfg, *cpu), gf = train_one_rank(cfg, *gpu);
+  for (size_t i = 0; i < cf.losses.size(); ++i)
+    EXPECT_LE(std::abs(gf.losses[i] - cf.losses[i]), 0.02 + 0.02 * cf.losses[i]) << "lm_head_fwd, step " << i + 1;
+  EXPECT_NE(gf.losses, gm.losses) << "lm_head_fwd in train.fp8_layers changed nothing on the GPU";
+  EXPECT_NE(gf.losses, gh.losses) << "lm_head_fwd ran as lm_head on the GPU";
+  cfg.train.fp8_layers = {"gate_up", "down", "lm_head_grad"};
   // Stochastic rounding of the logits' gradient (the default rounding): the CPU and the
   // GPU draw the same bits.
   cfg.train.fp8_dlogits_rounding = "stochastic";

@@ -229,6 +229,23 @@ TEST(Trainer, Fp8LmHeadIsAChoiceOfItsOwn) {
     from_mlp_g |= g.losses[i] != mlp.losses[i];
   }
   EXPECT_TRUE(from_mlp_g) << "lm_head_grad gave the blocks-only run's bits";
+  // lm_head_fwd: the logits from FP8, their gradients in f32. Its first loss is
+  // lm_head's (the same forward), then it leaves lm_head (whose gradients are FP8's);
+  // with lm_head_grad beside it, it is lm_head bit for bit.
+  RunConfig fwd = cfg, both = cfg;
+  fwd.train.fp8_layers = {"gate_up", "down", "lm_head_fwd"};
+  both.train.fp8_layers = {"gate_up", "down", "lm_head_fwd", "lm_head_grad"};
+  const TrainResult fw = train_on_cpu(fwd), fb = train_on_cpu(both);
+  ASSERT_EQ(fw.losses.size(), h.losses.size());
+  EXPECT_EQ(fw.losses[0], h.losses[0]) << "lm_head_fwd's first forward is not lm_head's";
+  EXPECT_NE(fw.losses[0], mlp.losses[0]) << "lm_head_fwd left the logits in f32";
+  bool from_h = false;
+  for (size_t i = 0; i < fw.losses.size(); ++i) {
+    EXPECT_NEAR(fw.losses[i], f32.losses[i], 0.03 * f32.losses[i]) << "lm_head_fwd, step " << i + 1;
+    EXPECT_EQ(fb.losses[i], h.losses[i]) << "lm_head_fwd + lm_head_grad, step " << i + 1;
+    from_h |= fw.losses[i] != h.losses[i];
+  }
+  EXPECT_TRUE(from_h) << "lm_head_fwd ran the lm_head's gradients in FP8 too";
   RunConfig grads_block = grads;
   grads_block.train.recompute = "block";
   grads_block.train.steps = grads.train.steps = 3;
@@ -260,6 +277,12 @@ TEST(Trainer, Fp8LmHeadIsAChoiceOfItsOwn) {
       << describe_matmul_dtype(grads, *be);
   EXPECT_NE(describe_matmul_dtype(cfg, *be).find("; lm_head and attention in f32"), std::string::npos)
       << describe_matmul_dtype(cfg, *be);
+  EXPECT_NE(describe_matmul_dtype(fwd, *be).find(" and the lm_head's forward (the logits) ("), std::string::npos)
+      << describe_matmul_dtype(fwd, *be);
+  EXPECT_NE(describe_matmul_dtype(fwd, *be).find("; the lm_head's gradients and attention in f32"), std::string::npos)
+      << describe_matmul_dtype(fwd, *be);
+  EXPECT_NE(describe_matmul_dtype(both, *be).find(" and the lm_head ("), std::string::npos)
+      << describe_matmul_dtype(both, *be);
   EXPECT_EQ(describe_fp8_layers(only), "none (QKV, O, gate|up, down in bf16)");
   RunConfig odd = head;
   odd.model.vocab_size = 250;
@@ -272,6 +295,8 @@ TEST(Trainer, Fp8LmHeadIsAChoiceOfItsOwn) {
   }
   odd.train.fp8_layers = {"gate_up", "down", "lm_head_grad"};
   EXPECT_THROW(check_matmul_dtype(odd, *be), Error) << "vocab 250 with the lm_head's gradients in FP8";
+  odd.train.fp8_layers = {"gate_up", "down", "lm_head_fwd"};
+  EXPECT_THROW(check_matmul_dtype(odd, *be), Error) << "vocab 250 with the lm_head's forward in FP8";
   odd.train.fp8_layers = {"gate_up", "down"};
   EXPECT_NO_THROW(check_matmul_dtype(odd, *be)) << "the vocabulary matters only to an FP8 lm_head";
 }
@@ -386,8 +411,10 @@ TEST(MemoryCheck, ActivationEstimateIsWhatTheModelAllocates) {
         // kind, the default (the MLP's), and the first and last block in bf16.
         for (const Fp8Options& o : {Fp8Options{.on = true}, Fp8Options{.on = true, .kinds = 0b1100},
                                     Fp8Options{.on = true, .kinds = 0b0101, .bf16_end_blocks = 1},
-                                    Fp8Options{.on = true, .kinds = 0b11100}}) {
-          if (o.lm_head() && chunk % 16 != 0) {  // an FP8 lm_head takes the logits 16 rows at a time at least
+                                    Fp8Options{.on = true, .kinds = 0b11100},
+                                    Fp8Options{.on = true, .kinds = 0b101100},     // lm_head_grad
+                                    Fp8Options{.on = true, .kinds = 0b1001100}}) {  // lm_head_fwd
+          if (o.lm_head_any() && chunk % 16 != 0) {  // an FP8 lm_head takes the logits 16 rows at a time at least
             EXPECT_THROW(Qwen2Model(layout, *be, dt, 4, 8, chunk, parse_recompute(choice), o), Error);
             continue;
           }
