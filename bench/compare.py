@@ -66,7 +66,8 @@ def ours(run_dir, warmup):
         mm += "-fast"
     if mm.startswith("fp8") and ends != "0":
         mm += "-ends" + ends
-    if mm.startswith("fp8") and "lm_head" in layers:  # the rounding acts only on the lm_head's gradient
+    grads = {"lm_head", "lm_head_grad"} & set(layers.split(","))
+    if mm.startswith("fp8") and grads:  # the rounding acts only on the lm_head's FP8 gradient
         mm += "-sr" if rounding == "stochastic" else "-rn"
     if mm.startswith("fp8"):  # the layers always: the default has changed over time
         mm += "@" + layers

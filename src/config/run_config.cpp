@@ -70,10 +70,10 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "lm_head: its three GEMMs in FP8 (the logits' gradient as e5m2, scaled by its known bound); lm_head_grad: "
        "only its two gradients' GEMMs, the logits and the loss in bf16; lm_head_fwd: only its forward (the "
        "logits), the loss and the gradients in bf16. The default, the MLP's two, keeps the attention "
-       "projections (about an eighth of the blocks' matmul FLOPs) and the lm_head in bf16: with the attention's "
-       "in FP8 the loss ran 0.9% above bf16's; adding lm_head_grad is about 3% faster at 1.5B (1.31x bf16 "
-       "against 1.27x) but ran 0.5-0.7% below bf16's loss on average, where the default stays within 0.2% "
-       "(docs/performance.md)",
+       "projections (about an eighth of the blocks' matmul FLOPs) and the lm_head in bf16: 1.27x bf16 at 1.5B on "
+       "an H100, its loss within 0.5% of bf16's on average at two seeds. All four kinds are about 2% faster; "
+       "adding lm_head_fwd about 2% more (1.29x with the MLP's, 1.33x with all four) for a loss 0.2-0.3% higher "
+       "than without it; adding lm_head_grad about 3% (1.31x) for one 0.25% lower (docs/performance.md)",
        {}, fp8_layer_kinds()},
       {"train.fp8_bf16_end_blocks", &c.train.fp8_bf16_end_blocks,
        "with train.matmul_dtype=fp8: this many blocks at each end of the stack (the first N and the last N) keep "
