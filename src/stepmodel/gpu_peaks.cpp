@@ -67,17 +67,19 @@ double fp8_flop_share(const ModelConfig& m, int seq_len, const TrainOptions& t) 
   const double hidden = m.hidden_size, heads_width = static_cast<double>(m.num_heads) * m.head_dim();
   const double kv_width = static_cast<double>(m.num_kv_heads) * m.head_dim();
   const double F = m.intermediate_size;
-  double layer = 0, head = 0;  // FP8 parameters of one block; FLOPs per parameter of the lm_head's
+  double layer = 0;  // FP8 parameters of one block
+  bool head_fwd = false, head_grad = false;  // the lm_head's forward GEMM, its two gradient GEMMs
   for (const std::string& k : t.fp8_layers) {
     if (k == "qkv") layer += hidden * (heads_width + 2 * kv_width);
     else if (k == "o") layer += heads_width * hidden;
     else if (k == "gate_up") layer += 2 * hidden * F;
     else if (k == "down") layer += F * hidden;
-    else if (k == "lm_head") head = 6;
-    else if (k == "lm_head_grad") head = head == 2 ? 6.0 : std::max(head, 4.0);
-    else if (k == "lm_head_fwd") head = head == 4 ? 6.0 : std::max(head, 2.0);
+    else if (k == "lm_head") head_fwd = head_grad = true;
+    else if (k == "lm_head_grad") head_grad = true;
+    else if (k == "lm_head_fwd") head_fwd = true;
     else fail_config("train.fp8_layers: unknown layer '", k, "'");
   }
+  const double head = 2.0 * head_fwd + 4.0 * head_grad;  // FLOPs per parameter of the lm_head's in FP8
   const double blocks = std::max(0, m.num_layers - 2 * std::max(t.fp8_bf16_end_blocks, 0));
   return (6 * blocks * layer + head * static_cast<double>(m.vocab_size) * hidden) / total;
 }

@@ -47,8 +47,9 @@ double compute_seconds(const ModelConfig& model, int seq_len, double tokens, dou
 // The share of step_flops_per_token's FLOPs that run in FP8 under these [train] keys:
 // 0 unless matmul_dtype = "fp8"; then 6 x the parameters of the FP8 kinds (qkv, o,
 // gate_up, down) of every block but fp8_bf16_end_blocks at each end, and of the
-// lm_head 6 x (lm_head: its three GEMMs, or lm_head_grad with lm_head_fwd), 4 x
-// (lm_head_grad: the two of the backward) or 2 x (lm_head_fwd: the forward's). Throws a config error on a kind it does not know.
+// lm_head 2 x for its forward's GEMM (lm_head_fwd) and 4 x for the two of the
+// backward (lm_head_grad); lm_head is both. Throws a config error on a kind it does
+// not know.
 double fp8_flop_share(const ModelConfig& model, int seq_len, const TrainOptions& train);
 
 // How much faster than in bf16 the FP8 layers' share of a step runs: the one number
