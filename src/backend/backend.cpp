@@ -279,6 +279,17 @@ void Backend::fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int 
   do_fp8_quantize(q, qt, inv_scale, x, rows, cols, reuse_scale, amax);
 }
 
+void Backend::fp8_transpose(Tensor qt, Tensor q, int rows, int cols) {
+  const char* op = "fp8_transpose";
+  check_dim(op, "rows", rows), check_dim(op, "cols", cols);
+  ST_CHECK(is_fp8(q.dtype), op, ": q is ", dtype_name(q.dtype), ", expected f8e4m3 or f8e5m2");
+  const size_t n = size_t(rows) * cols;
+  check_buf(op, "q", q, q.dtype, n);
+  check_buf(op, "qt", qt, q.dtype, n);
+  ST_CHECK(qt.data != q.data, op, ": not in place");
+  do_fp8_transpose(qt, q, rows, cols);
+}
+
 void Backend::fp8_roll_scales(Tensor inv_scale, int stride, Tensor amax, Tensor history, int n, int len, int pos,
                               Fp8Format format) {
   const char* op = "fp8_roll_scales";

@@ -154,6 +154,10 @@ class Backend {
   // order as their bits, and a NaN is larger than every finite value.
   void fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Tensor x, int rows, int cols, bool reuse_scale = false,
                     Tensor amax = {});
+  // qt (cols, rows) = q (rows, cols) transposed, the FP8 bytes as they are (either
+  // format): a weight gathered already cast (dist.fp8_gather), for the backward GEMM
+  // that reads it the other way.
+  void fp8_transpose(Tensor qt, Tensor q, int rows, int cols);
   // Delayed scaling, once per optimizer step (train.fp8_scaling = "delayed"): for each
   // of n tensors i, history[i * len + pos] = amax[i], amax[i] = 0, and
   // inv_scale[i * stride] = 1 / fp8_scale(max_j history[i * len + j], format's largest
@@ -305,6 +309,7 @@ class Backend {
                                bool reuse_scale, Tensor amax) = 0;
   virtual void do_fp8_roll_scales(Tensor inv_scale, int stride, Tensor amax, Tensor history, int n, int len, int pos,
                                   Fp8Format format) = 0;
+  virtual void do_fp8_transpose(Tensor qt, Tensor q, int rows, int cols) = 0;
   virtual void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K,
                              int N, bool accumulate, bool fast_accum) = 0;
   // sign +1: rope_forward; -1: rope_backward.

@@ -460,6 +460,11 @@ void ProfilingBackend::do_fp8_quantize(Tensor q, Tensor qt, Tensor inv_scale, Te
         [&] { inner_.do_fp8_quantize(q, qt, inv_scale, x, rows, cols, reuse_scale, amax); });
 }
 
+void ProfilingBackend::do_fp8_transpose(Tensor qt, Tensor q, int rows, int cols) {
+  if (!open_) return inner_.do_fp8_transpose(qt, q, rows, cols);
+  timed("fp8_transpose", false, 2.0 * rows * cols, [&] { inner_.do_fp8_transpose(qt, q, rows, cols); });
+}
+
 void ProfilingBackend::do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M,
                                      int K, int N, bool accumulate, bool fast_accum) {
   if (!open_) return inner_.do_matmul_fp8(out, a, a_inv, b, b_inv, bias, M, K, N, accumulate, fast_accum);

@@ -183,6 +183,7 @@ class ProfilingBackend : public Backend {
   }
   void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
                      bool accumulate, bool fast_accum) override;
+  void do_fp8_transpose(Tensor qt, Tensor q, int rows, int cols) override;
 
   void do_rope(Tensor qkv, int B, int T, int H, int KV, int hd, float theta, int sign) override;
 

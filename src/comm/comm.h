@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "backend/tensor.h"
 
@@ -46,6 +47,12 @@ class Comm {
   // agreed across ranks). Synchronous, ordered as the other collectives.
   virtual void all_reduce_max(Tensor buf, size_t count);
   virtual void broadcast(Tensor buf, size_t count, int root) = 0;
+  // A gather of unequal parts, in place: recv = the concatenation over ranks r of
+  // counts[r] elements (rank r's at the sum of the counts before it), where this
+  // rank's part already sits in its place. `counts` (one per rank, zeros allowed) is the
+  // same on every rank. FSDP gathers a unit's FP8 weights and its other parameters so
+  // (dist.fp8_gather). The default: one broadcast from each rank with a part.
+  virtual void all_gather_v(Tensor recv, const std::vector<size_t>& counts);
   virtual void barrier() = 0;
   // Sum of a host scalar over ranks (losses, token counts, squared norms).
   virtual double all_reduce_sum(double value) = 0;
@@ -63,10 +70,17 @@ class Comm {
     all_reduce(buf, count);
     return {};
   }
+  virtual CommWork all_gather_v_async(Tensor recv, const std::vector<size_t>& counts) {
+    all_gather_v(recv, counts);
+    return {};
+  }
   // Backend work enqueued after this call sees the collective's results, and its
   // buffers may be reused or freed from then on. Waiting twice is harmless.
   virtual void wait(CommWork) {}
 };
+
+// all_gather_v's arguments checked (counts one per rank, recv large enough); their sum.
+size_t check_gather_v(const Comm& comm, Tensor recv, const std::vector<size_t>& counts);
 
 // World of one: every collective is a copy (or nothing).
 std::unique_ptr<Comm> make_single_comm(Backend& backend);

@@ -22,6 +22,7 @@
 // named by its world rank and node.
 //   all_reduce      gloo::allreduce (ring) with gloo::sum<T>; bf16 with bf16_sum below
 //                   (the same fp32 add and rounding per hop)
+//   all_gather_v    the all_gather ring with each rank's chunk of its own size
 //   broadcast       gloo::broadcast, byte-wise, any dtype
 //   barrier         gloo::barrier
 //   all_reduce_max  gloo::allreduce with gloo::max<float>
@@ -158,6 +159,14 @@ class GlooComm final : public Comm {
     if (!overlap_ || world_ == 1) return Comm::all_gather_async(recv, send, count);
     return enqueue([this, recv, send, count] { do_all_gather(recv, send, count); });
   }
+  void all_gather_v(Tensor recv, const std::vector<size_t>& counts) override {
+    drain();
+    do_all_gather_v(recv, counts);
+  }
+  CommWork all_gather_v_async(Tensor recv, const std::vector<size_t>& counts) override {
+    if (!overlap_ || world_ == 1) return Comm::all_gather_v_async(recv, counts);
+    return enqueue([this, recv, counts] { do_all_gather_v(recv, counts); });
+  }
   CommWork reduce_scatter_async(Tensor recv, Tensor send, size_t count) override {
     if (!overlap_ || world_ == 1) return Comm::reduce_scatter_async(recv, send, count);
     return enqueue([this, recv, send, count] { do_reduce_scatter(recv, send, count); });
@@ -181,7 +190,17 @@ class GlooComm final : public Comm {
     fits("all_gather", recv, count * world_, "recv");
     if (count == 0) return;
     const size_t bytes = count * dtype_size(send.dtype);
-    run("all_gather", [&] { ring_all_gather(recv.as<char>(), send.as<char>(), bytes); });
+    char* mine = recv.as<char>() + rank_ * bytes;
+    if (send.as<char>() != mine) std::memmove(mine, send.as<char>(), bytes);
+    run("all_gather", [&] { ring_all_gather(recv.as<char>(), std::vector<size_t>(world_, bytes)); });
+  }
+
+  void do_all_gather_v(Tensor recv, const std::vector<size_t>& counts) {
+    const size_t total = check_gather_v(*this, recv, counts);
+    if (total == 0) return;
+    std::vector<size_t> bytes(counts);
+    for (size_t& b : bytes) b *= dtype_size(recv.dtype);
+    run("all_gather_v", [&] { ring_all_gather(recv.as<char>(), bytes); });
   }
 
   void do_reduce_scatter(Tensor recv, Tensor send, size_t count) {
@@ -356,23 +375,27 @@ class GlooComm final : public Comm {
     }
   }
 
-  // Rank r's chunk sits at out + r * bytes (copied there from `in` unless in place).
-  // At step s rank r sends chunk r-s to its right and receives chunk r-s-1 from its
-  // left, so after W-1 steps it holds every chunk.
-  void ring_all_gather(char* out, const char* in, size_t bytes) {
+  // Rank r's chunk (bytes[r] of them) sits at out + the bytes before it, this rank's
+  // already in place. At step s rank r sends chunk r-s to its right and receives chunk
+  // r-s-1 from its left, so after W-1 steps it holds every chunk; an empty chunk is
+  // neither sent nor received (both neighbours know its size).
+  void ring_all_gather(char* out, const std::vector<size_t>& bytes) {
     const int W = world_, r = rank_;
-    if (in != out + r * bytes) std::memmove(out + r * bytes, in, bytes);
     if (W == 1) return;
+    std::vector<size_t> at(W + 1, 0);
+    for (int c = 0; c < W; ++c) at[c + 1] = at[c] + bytes[c];
     const auto deadline = Clock::now() + timeout_;
     const auto chunk = [W](int c) { return static_cast<size_t>(((c % W) + W) % W); };
-    auto buf = ctx_->createUnboundBuffer(out, bytes * W);
+    auto buf = ctx_->createUnboundBuffer(out, at[W]);
     const uint64_t slot = gloo::Slot::build(kAllGatherSlotPrefix, next_tag());
     const int right = (r + 1) % W, left_rank = (r + W - 1) % W;
     for (int s = 0; s < W - 1; ++s) {
-      post_recv(buf.get(), left_rank, slot, chunk(r - s - 1) * bytes, bytes);  // receive first: see the top of the file
-      post_send(buf.get(), right, slot, chunk(r - s) * bytes, bytes);
-      wait_recv(buf.get(), left_rank, deadline);
-      wait_send(buf.get(), right, deadline);
+      const size_t in = chunk(r - s - 1), outc = chunk(r - s);
+      // receive first: see the top of the file
+      if (bytes[in]) post_recv(buf.get(), left_rank, slot, at[in], bytes[in]);
+      if (bytes[outc]) post_send(buf.get(), right, slot, at[outc], bytes[outc]);
+      if (bytes[in]) wait_recv(buf.get(), left_rank, deadline);
+      if (bytes[outc]) wait_send(buf.get(), right, deadline);
     }
   }
 

@@ -4,6 +4,7 @@
 //   all_reduce      ncclAllReduce, sum, in place
 //   all_reduce_max  ncclAllReduce, max, in place (f32)
 //   broadcast       ncclBroadcast, in place
+//   all_gather_v    one ncclBroadcast per rank with a part, in one group (in place)
 //   barrier         ncclAllReduce of one double in a persistent device buffer, then a
 //                   bounded wait for the communication stream
 //   all_reduce_sum  the same buffer: host value in, ncclAllReduce, copied back, bounded
@@ -191,6 +192,30 @@ class NcclComm final : public Comm {
     if (count == 0) return {};
     return launch(op, [&] {
       return ncclAllReduce(buf.data, buf.data, count, nccl_dtype(buf.dtype), ncclSum, comm_, cstream_);
+    });
+  }
+
+  void all_gather_v(Tensor recv, const std::vector<size_t>& counts) override {
+    wait(all_gather_v_async(recv, counts));
+  }
+  CommWork all_gather_v_async(Tensor recv, const std::vector<size_t>& counts) override {
+    const char* op = "all_gather_v";
+    if (check_gather_v(*this, recv, counts) == 0) return {};
+    const size_t es = dtype_size(recv.dtype);
+    return launch(op, [&] {
+      ncclResult_t r = ncclGroupStart();
+      if (r != ncclSuccess) return r;
+      size_t at = 0;
+      for (int q = 0; q < world_; ++q) {
+        if (counts[q]) {
+          char* p = static_cast<char*>(recv.data) + at * es;
+          r = ncclBroadcast(p, p, counts[q], nccl_dtype(recv.dtype), q, comm_, cstream_);
+          if (r != ncclSuccess && r != ncclInProgress) break;
+        }
+        at += counts[q];
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return r != ncclSuccess && r != ncclInProgress ? r : end;
     });
   }
 

@@ -84,6 +84,16 @@ class CountingComm final : public Comm {
     stats_->add(CollectiveKind::Broadcast, bytes - off, false, seconds_since(t0));
     if (off) stats_->add(CollectiveKind::Broadcast, off, true, 0);
   }
+  // A ring of unequal chunks: each rank passes on every chunk but the one whose ring
+  // ends at it (its successor's), as the all-gather ring does with equal ones.
+  void all_gather_v(Tensor recv, const std::vector<size_t>& counts) override {
+    timed(CollectiveKind::AllGather, ring_v(counts, recv.dtype), [&] { inner_->all_gather_v(recv, counts); });
+  }
+  CommWork all_gather_v_async(Tensor recv, const std::vector<size_t>& counts) override {
+    CommWork w;
+    timed(CollectiveKind::AllGather, ring_v(counts, recv.dtype), [&] { w = inner_->all_gather_v_async(recv, counts); });
+    return w;
+  }
   void barrier() override {
     const auto t0 = std::chrono::steady_clock::now();
     inner_->barrier();
@@ -122,6 +132,13 @@ class CountingComm final : public Comm {
   // (N-1) chunks of `count` elements to the successor.
   uint64_t ring(size_t count, DType dt) const {
     return static_cast<uint64_t>(world() - 1) * count * dtype_size(dt);
+  }
+  uint64_t ring_v(const std::vector<size_t>& counts, DType dt) const {
+    const int n = world();
+    if (n <= 1 || static_cast<int>(counts.size()) != n) return 0;
+    uint64_t total = 0;
+    for (size_t c : counts) total += c;
+    return (total - counts[(rank() + 1) % n]) * dtype_size(dt);
   }
   // 2(N-1) chunks of bytes/N: the reduce-scatter half, then the all-gather half.
   uint64_t ring_all_reduce(uint64_t bytes) const {

@@ -7,7 +7,8 @@
 // comm_nccl.cpp): in a group of N ranks, an all-gather or a reduce-scatter of `count`
 // elements per rank sends (N-1) x count elements from each rank to its successor on
 // the ring, an all-reduce of `count` elements 2(N-1)/N x count, a broadcast (N-1) x
-// count from its root. A ring rank receives as much as it sends. A rank's successor
+// count from its root, an all-gather of unequal parts (all_gather_v) every part but its
+// successor's, counted as an all-gather. A ring rank receives as much as it sends. A rank's successor
 // is the next member of its group in rank order, so its bytes cross between nodes
 // when that member lives on another node (ranks are placed node by node,
 // ranks_per_node to a node, as every launch contract does). The scalar all-reduces

@@ -67,6 +67,7 @@ struct DistOptions {
   double timeout_s = 300;             // limit on every collective and rendezvous wait
   std::string reduce_dtype = "fp32";  // one of reduce_dtypes(): gradients on the wire (reduce-scatter, replica all-reduce)
   bool overlap = true;                // CPU (Gloo): prefetched gathers and reduce-scatters on a comm thread
+  bool fp8_gather = true;             // train.matmul_dtype=fp8: gather the MLP's FP8 weights as e4m3 codes
   std::string bind;                   // where rank 0's rendezvous store listens; "" = MASTER_ADDR
 };
 

@@ -45,6 +45,75 @@ Fsdp::Fsdp(const ShardPlan& plan, Backend& backend, Comm& comm, Comm* replicate,
   }
   if (opt_.offload_master) stage_master_ = be_.alloc(opt_.master_dtype, 2 * largest);
   stage_slot_ = largest;
+
+  if (opt_.fp8_gather.empty()) return;
+  ST_CHECK(static_cast<int>(opt_.fp8_gather.size()) == plan.num_units(), "dist.fp8_gather: FP8 weights given for ",
+           opt_.fp8_gather.size(), " units, the model has ", plan.num_units());
+  fp8_slot_.assign(plan.num_units(), 0);
+  for (int u = 0; u < plan.num_units(); ++u) {
+    const auto& spans = opt_.fp8_gather[u];
+    fp8_slot_[u] = fp8_slots_;
+    fp8_slots_ += spans.size();
+    if (spans.empty()) continue;
+    // A tail: back to back up to the unit's end, and its codes fit in the gathered
+    // buffer behind the compute-dtype part.
+    size_t at = spans.front().offset;
+    for (const Fp8Span& sp : spans) {
+      ST_CHECK(sp.offset == at && sp.numel > 0, "dist.fp8_gather: unit '", layout_.unit(u).name,
+               "': its FP8 weights are not back to back");
+      at += sp.numel;
+    }
+    const size_t es = dtype_size(opt_.compute_dtype), n = plan.numel(u);
+    ST_CHECK(at == n, "dist.fp8_gather: unit '", layout_.unit(u).name, "': its FP8 weights do not end it");
+    ST_CHECK((spans.front().offset * es + 15) / 16 * 16 + (n - spans.front().offset) <= plan.padded_numel(u) * es,
+             "dist.fp8_gather: unit '", layout_.unit(u).name, "': no room for its FP8 codes");
+  }
+  if (fp8_slots_ == 0 || in_place()) return;
+  fp8_amax_ = be_.alloc(DType::F32, fp8_slots_);
+  fp8_inv_ = be_.alloc(DType::F32, 4 * fp8_slots_);
+  fp8_hist_ = be_.alloc(DType::F32, fp8_slots_);
+  fp8_one_ = be_.alloc(DType::F32, 1);
+  const float one = 1.0f;
+  be_.upload(fp8_one_, &one);
+  fp8_scratch_ = be_.alloc(DType::F8E4M3, largest);
+}
+
+Tensor Fsdp::fp8_codes(const UnitState& s, int u) const {
+  const size_t from = fp8_from(u), at = (from * dtype_size(opt_.compute_dtype) + 15) / 16 * 16;
+  return Tensor{static_cast<char*>(s.full.data) + at, DType::F8E4M3, plan_.numel(u) - from};
+}
+
+// Each rank's amax of its part of every FP8 tail weight (one pass that also casts, into
+// scratch, at scale 1), the maximum over the shard group, and the scale it gives: what
+// fp8_quantize's current scaling computes from the whole tensor (max is exact, so the
+// same bits at any world size).
+void Fsdp::agree_fp8_scales() {
+  if (!fp8_stale_) return;
+  ST_NVTX_RANGE("fp8 weight scales");
+  be_.zero(fp8_amax_);
+  const int r = comm_.rank();
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const auto& spans = opt_.fp8_gather[u];
+    const ElemRange mine = plan_.valid_range_of(u, r);
+    const size_t base = plan_.range_of(u, r).begin;
+    const Tensor src = compute_shard(units_[u]);
+    for (size_t k = 0; k < spans.size(); ++k) {
+      const size_t a = std::max(spans[k].offset, mine.begin), b = std::min(spans[k].offset + spans[k].numel, mine.end);
+      if (a >= b) continue;
+      be_.fp8_quantize(fp8_scratch_.slice(0, b - a), Tensor{}, fp8_one_, src.slice(a - base, b - a), 1,
+                       static_cast<int>(b - a), true, fp8_amax_.slice(fp8_slot_[u] + k, 1));
+    }
+  }
+  comm_.all_reduce_max(fp8_amax_, fp8_slots_);
+  be_.fp8_roll_scales(fp8_inv_, 4, fp8_amax_, fp8_hist_, static_cast<int>(fp8_slots_), 1, 0, Fp8Format::E4M3);
+  fp8_stale_ = false;
+}
+
+Fp8Weights Fsdp::fp8_weights(int u) {
+  if (!fp8_gathered(u)) return {};
+  const UnitState& s = units_.at(u);
+  ST_CHECK(s.refs > 0 && !s.full.empty(), "unit '", layout_.unit(u).name, "': fp8_weights of a unit not acquired");
+  return {fp8_codes(s, u), fp8_from(u), fp8_inv_.slice(4 * fp8_slot_[u], 4 * opt_.fp8_gather[u].size())};
 }
 
 Tensor Fsdp::host_alloc(DType dtype, size_t n) {
@@ -90,7 +159,7 @@ Fsdp::~Fsdp() {
     for (Tensor* t : {&s.master, &s.grad, &s.m, &s.v, &s.low, &s.full, &s.full_grad})
       if (!t->empty()) be_.free(*t);
   }
-  for (Tensor* t : {&stage_master_, &stage_m_, &stage_v_})
+  for (Tensor* t : {&stage_master_, &stage_m_, &stage_v_, &fp8_amax_, &fp8_inv_, &fp8_hist_, &fp8_one_, &fp8_scratch_})
     if (!t->empty()) be_.free(*t);
 }
 
@@ -111,6 +180,7 @@ void Fsdp::init_weights(uint64_t seed, double std) {
 }
 
 void Fsdp::refresh_low(int u) {
+  fp8_stale_ = true;  // the weights changed: their FP8 scales are agreed again
   UnitState& s = units_[u];
   if (s.low.empty()) return;
   if (!opt_.offload_master) {
@@ -253,6 +323,36 @@ void Fsdp::start_gather(int u) {
   }
   ST_NVTX_RANGE("all-gather", layout_.unit(u).name);
   const size_t n = plan_.shard_numel(u);
+  if (fp8_gathered(u)) {
+    agree_fp8_scales();
+    s.full = be_.alloc(opt_.compute_dtype, plan_.padded_numel(u));
+    const int W = comm_.world(), r = comm_.rank();
+    const size_t from = fp8_from(u);
+    std::vector<size_t> head(W), tail(W);  // each rank's part before the FP8 tail, and of it
+    for (int q = 0; q < W; ++q) {
+      const ElemRange v = plan_.valid_range_of(u, q);
+      head[q] = v.begin < from ? std::min(v.end, from) - v.begin : 0;
+      tail[q] = v.size() - head[q];
+    }
+    const ElemRange mine = plan_.valid_range_of(u, r);
+    const size_t base = plan_.range_of(u, r).begin;
+    const Tensor src = compute_shard(s);
+    if (head[r]) be_.copy(s.full.slice(mine.begin, head[r]), src.slice(mine.begin - base, head[r]));
+    s.gathering = comm_.all_gather_v_async(s.full.slice(0, from), head);
+    // This rank's part of the tail, cast into its place among the codes.
+    const Tensor codes = fp8_codes(s, u);
+    const auto& spans = opt_.fp8_gather[u];
+    for (size_t k = 0; k < spans.size(); ++k) {
+      const size_t a = std::max(spans[k].offset, mine.begin), b = std::min(spans[k].offset + spans[k].numel, mine.end);
+      if (a < b)
+        be_.fp8_quantize(codes.slice(a - from, b - a), Tensor{}, fp8_inv_.slice(4 * (fp8_slot_[u] + k), 1),
+                         src.slice(a - base, b - a), 1, static_cast<int>(b - a), true);
+    }
+    s.gathering_codes = comm_.all_gather_v_async(codes, tail);
+    s.gather_pending = true;
+    track_gathered();
+    return;
+  }
   s.full = be_.alloc(opt_.compute_dtype, plan_.padded_numel(u));
   Tensor mine = s.full.slice(static_cast<size_t>(comm_.rank()) * n, n);
   be_.copy(mine, compute_shard(s));
@@ -270,6 +370,7 @@ void Fsdp::drop_full(UnitState& s) {
   if (s.gather_pending) {
     s.gather_pending = false;
     comm_.wait(s.gathering);  // a prefetch nobody acquired: its collective still writes here
+    comm_.wait(s.gathering_codes);
   }
   be_.free(s.full);
 }
@@ -281,6 +382,7 @@ Tensor Fsdp::acquire(int u, Pass) {
     ST_NVTX_RANGE("wait all-gather", layout_.unit(u).name);
     s.gather_pending = false;
     comm_.wait(s.gathering);
+    comm_.wait(s.gathering_codes);
   }
   ++s.refs;
   return s.full;
@@ -456,6 +558,7 @@ double Fsdp::grad_norm() {
 void Fsdp::step(const AdamWParams& params) {
   ST_NVTX_RANGE("optimizer step");
   sync_grads();
+  fp8_stale_ = true;
   using Lane = Backend::Lane;
   const int U = layout_.num_units();
   auto staged = [&](const Tensor& stage, int u) {

@@ -64,6 +64,14 @@ struct FsdpOptions {
   // compute-dtype copy kept on the device.
   bool offload_state = false;
   bool offload_master = false;
+  // dist.fp8_gather: per unit, the FP8 weights that end it (Qwen2Model::fp8_gather_spans;
+  // empty: none, or the option off). A gathered unit's parameters before them travel in
+  // the compute dtype, they as e4m3 codes (one byte an element), each rank casting its
+  // own part with the scale of the whole tensor's amax (agreed once per step,
+  // Comm::all_reduce_max), and the model reads them through fp8_weights(): the same
+  // codes it would cast from the gathered weights, half the bytes on the wire. Nothing
+  // changes when nothing is gathered (one rank, in place).
+  std::vector<std::vector<Fp8Span>> fp8_gather;
 };
 
 struct FsdpMemory {
@@ -105,6 +113,8 @@ class Fsdp final : public ParamProvider {
   // reduction), so nothing is ever gathered.
   bool in_place() const { return opt_.in_place_when_alone && comm_.world() == 1 && !replicate_; }
   const ShardPlan& plan() const { return plan_; }
+  // Whether some unit's FP8 weights are gathered as codes (dist.fp8_gather).
+  bool fp8_gathers() const { return fp8_slots_ > 0 && !in_place(); }
 
   // This rank's shard of unit u's `which` state, as fp32 on the host (padding
   // included). The gradient is complete (every reduction retired) when read.
@@ -122,6 +132,7 @@ class Fsdp final : public ParamProvider {
   Tensor grad(int unit) override;
   void grad_ready(int unit) override;
   void prefetch(int unit, Pass pass) override;
+  Fp8Weights fp8_weights(int unit) override;
 
   // Completes every gradient reduction started so far, including the replicate
   // all-reduce of shards still holding this replica's sum only (called by grad_norm,
@@ -143,6 +154,7 @@ class Fsdp final : public ParamProvider {
     Tensor full;                    // (padded) compute dtype, while gathered
     Tensor full_grad;               // (padded) f32, while this micro-batch accumulates
     CommWork gathering;             // the all-gather filling `full`, until acquired
+    CommWork gathering_codes;       // dist.fp8_gather: the one of the FP8 weights' codes
     bool gather_pending = false;
     int refs = 0;
     std::vector<DecaySpan> spans;   // this rank's shard split by decay
@@ -171,6 +183,14 @@ class Fsdp final : public ParamProvider {
   void refresh_low(int u);               // low = master, after master changed other than by step()
 
   void start_gather(int u);
+  // dist.fp8_gather: where unit u's FP8 tail starts (numel when it has none); its codes
+  // inside the gathered buffer `full`, after the compute-dtype part (16-byte aligned);
+  // the scales of every FP8 tail agreed across the shard group (once after each change
+  // of the weights: collective, and every rank reaches it at the same gather).
+  bool fp8_gathered(int u) const { return !in_place() && !opt_.fp8_gather.empty() && !opt_.fp8_gather[u].empty(); }
+  size_t fp8_from(int u) const { return opt_.fp8_gather[u].front().offset; }
+  Tensor fp8_codes(const UnitState& s, int u) const;
+  void agree_fp8_scales();
   void drop_full(UnitState& s);          // frees the gathered weights once no collective uses them
   bool retire(Reduction& r);             // advances one stage; true when it is complete
   bool low_reduce() const { return opt_.reduce_dtype != DType::F32; }
@@ -193,6 +213,13 @@ class Fsdp final : public ParamProvider {
   std::vector<Reduction> reductions_;   // oldest first
   bool replica_sync_ = true;
   size_t gathered_now_ = 0, gathered_peak_ = 0;
+  // dist.fp8_gather: per unit its first scale slot (4 floats a slot); amax, inverse
+  // scales, a one-slot history for fp8_roll_scales, a scale of 1 and scratch codes for
+  // the amax pass; whether the weights changed since the scales were agreed.
+  std::vector<size_t> fp8_slot_;
+  Tensor fp8_amax_, fp8_inv_, fp8_hist_, fp8_one_, fp8_scratch_;
+  size_t fp8_slots_ = 0;
+  bool fp8_stale_ = true;
 };
 
 }  // namespace st

@@ -90,6 +90,7 @@ Qwen2Model::Qwen2Model(const ParamLayout& layout, Backend& backend, DType dtype,
   chunk_ = head_chunk > 0 ? std::min(head_chunk, N_) : N_;
   eps_ = static_cast<float>(c.rms_norm_eps);
   theta_ = static_cast<float>(c.rope_theta);
+  fp8_spans_ = fp8_gather_spans(layout, fp8);
   if (fp8_opts_.on) {  // refused before anything is allocated (a throw here leaves nothing behind)
     const std::string why = fp8_shape_problem(c, B, T, fp8.lm_head_any());
     ST_CHECK(why.empty(), "train.matmul_dtype=fp8: ", why);
@@ -245,6 +246,34 @@ std::string Qwen2Model::restore_fp8_scaling(const Fp8ScalingState& s) {
   return "";
 }
 
+std::vector<std::vector<Fp8Span>> Qwen2Model::fp8_gather_spans(const ParamLayout& layout, const Fp8Options& o) {
+  std::vector<std::vector<Fp8Span>> spans(layout.num_units());
+  const ModelConfig& c = layout.config();
+  const size_t C = c.hidden_size, F = c.intermediate_size;
+  const BlockOffsets& b = layout.block();
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (!fp8_layer(o, c.num_layers, 4 * l + 3)) continue;  // down is the block's last tensor
+    auto& u = spans[layout.layer_unit(l)];
+    if (fp8_layer(o, c.num_layers, 4 * l + 2)) u.push_back({b.gate_up_w, 2 * F * C});
+    u.push_back({b.down_w, C * F});
+  }
+  return spans;
+}
+
+Tensor Qwen2Model::given_wq(int slot, Tensor* inv) const {
+  const int kind = slot % 4;
+  if (fp8w_.codes.empty() || kind < 2) return {};
+  const BlockOffsets& o = layout_.block();
+  const size_t at = kind == 2 ? o.gate_up_w : o.down_w;
+  const auto& spans = fp8_spans_.at(layout_.layer_unit(slot / 4));
+  for (size_t k = 0; k < spans.size(); ++k)
+    if (spans[k].offset == at) {
+      *inv = fp8w_.inv_scales.slice(4 * k, 1);
+      return fp8w_.codes.slice(at - fp8w_.from, spans[k].numel);
+    }
+  return {};
+}
+
 bool Qwen2Model::fp8_layer(const Fp8Options& o, int L, int slot) {
   const int l = slot / 4, ends = std::max(o.bf16_end_blocks, 0);
   return o.on && (o.kinds >> (slot % 4) & 1u) && l >= ends && l < L - ends;
@@ -259,8 +288,9 @@ void Qwen2Model::linear_forward(int slot, Tensor out, Tensor x, Tensor w, Tensor
   if (!x.empty())
     be_.fp8_quantize(xq_, input_dropped(slot) ? Tensor{} : kept_xt(slot), x_inv, x, N_, IC, fp8_given(),
                      fp8_opts_.delayed_on() && recording_ ? fp8_amax(0, slot) : Tensor{});
-  be_.fp8_quantize(wq_, Tensor{}, w_inv, w, OC, IC);
-  be_.matmul_fp8(out, xq_, x_inv, wq_, w_inv, b, N_, IC, OC, false, fp8_opts_.fast_accum);
+  Tensor wq = given_wq(slot, &w_inv);  // gathered already cast, or cast here
+  if (wq.empty()) be_.fp8_quantize(wq = wq_, Tensor{}, w_inv, w, OC, IC);
+  be_.matmul_fp8(out, xq_, x_inv, wq, w_inv, b, N_, IC, OC, false, fp8_opts_.fast_accum);
 }
 
 // dx (N, IC) = dout (N, OC) · W: a = dout (e5m2), b = Wᵀ (IC, OC);
@@ -276,7 +306,10 @@ void Qwen2Model::linear_backward(int slot, Tensor dx, Tensor dw, Tensor db, Tens
     be_.fp8_quantize(dq_, dw.empty() ? Tensor{} : dqt_, d_inv, dout, N_, OC, fp8_given(),
                      fp8_opts_.delayed_on() ? fp8_amax(1, slot) : Tensor{});
   if (!dx.empty()) {
-    be_.fp8_quantize(Tensor{}, wq_, w_inv, w, OC, IC, true);
+    if (const Tensor given = given_wq(slot, &w_inv); !given.empty())
+      be_.fp8_transpose(wq_, given, OC, IC);
+    else
+      be_.fp8_quantize(Tensor{}, wq_, w_inv, w, OC, IC, true);
     be_.matmul_fp8(dx, dq_, d_inv, wq_, w_inv, Tensor{}, N_, OC, IC, false);
   }
   if (!dw.empty()) {
@@ -353,6 +386,7 @@ void Qwen2Model::forward_blocks(ParamProvider& params) {
     ST_NVTX_RANGE("forward layer", l);
     const int u = layout_.layer_unit(l);
     Tensor w = params.acquire(u, Pass::Forward);
+    fp8w_ = params.fp8_weights(u);
     params.prefetch(l + 1 < L_ ? layout_.layer_unit(l + 1) : layout_.final_unit(), Pass::Forward);
     // The residual add that ends the previous layer is fused into this norm (tmp_
     // still holds that layer's down projection).
@@ -377,6 +411,7 @@ void Qwen2Model::forward_blocks(ParamProvider& params) {
     // resid_[l + 1] = mid_[l] + tmp_ is done by the next norm (the next layer's, or
     // the final one in head()).
     params.release(u, Pass::Forward);
+    fp8w_ = {};
   }
 }
 
@@ -486,6 +521,7 @@ void Qwen2Model::backward_blocks(ParamProvider& params) {
     ST_NVTX_RANGE("backward layer", l);
     const int u = layout_.layer_unit(l);
     Tensor w = params.acquire(u, Pass::Backward);
+    fp8w_ = params.fp8_weights(u);
     if (l > 0)
       params.prefetch(layout_.layer_unit(l - 1), Pass::Backward);
     else if (layout_.lm_head_unit() != layout_.embed_unit())
@@ -520,6 +556,7 @@ void Qwen2Model::backward_blocks(ParamProvider& params) {
     be_.rmsnorm_backward(dresid_, g.slice(o.ln1, C), dln_, resid_[l], w.slice(o.ln1, C), rstd1_[l], N_, C_);
     op.end();
     params.release(u, Pass::Backward);
+    fp8w_ = {};
     params.grad_ready(u);
   }
 }

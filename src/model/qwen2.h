@@ -120,6 +120,11 @@ class Qwen2Model {
   // (a dimension that is not a multiple of 16, naming it).
   // lm_head: the lm_head in FP8 too (the vocabulary size checked as well).
   static std::string fp8_shape_problem(const ModelConfig& c, int64_t B, int64_t T, bool lm_head = false);
+  // The FP8 weights a provider may hand over already cast (ParamProvider::fp8_weights),
+  // per unit: a block's FP8 layers that end it, the MLP's (gate|up fused, then down, or
+  // down alone), in order; none for other units, or where the MLP is bf16 (the QKV and
+  // O weights, FP8 or not, sit before bf16 tensors and are not among them).
+  static std::vector<std::vector<Fp8Span>> fp8_gather_spans(const ParamLayout& layout, const Fp8Options& o);
 
  private:
   void forward_blocks(ParamProvider& params);
@@ -159,6 +164,9 @@ class Qwen2Model {
   // After recompute_layer refilled the bf16 input x of slot (dropped, so its kept
   // transpose is the shared buffer): the transpose again, at the forward's scale.
   void recast_kept_xt(int slot, Tensor x, int IC);
+  // The weight of FP8 slot `slot` as the provider handed it over cast (fp8w_), with its
+  // inverse scale into *inv; empty: not handed over (cast it here).
+  Tensor given_wq(int slot, Tensor* inv) const;
 
   const ParamLayout& layout_;
   Backend& be_;
@@ -219,6 +227,10 @@ class Qwen2Model {
   // Chunks of logits whose gradient has been cast so far: the stochastic rounding's
   // stream for each is counter_bits(kDlogitsStream, its number), so a run repeats.
   uint64_t dlogits_casts_ = 0;
+  // The block being computed: its FP8 weights as its provider handed them over, and
+  // what fp8_gather_spans says they are, per unit.
+  Fp8Weights fp8w_;
+  std::vector<std::vector<Fp8Span>> fp8_spans_;
   Tensor fp8_inv(int region, int slot) const;
   std::vector<Tensor*> owned_;
 };

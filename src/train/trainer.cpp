@@ -159,6 +159,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
   fo.state_dtype = cfg.optim.state_dtype == "bf16" ? DType::BF16 : DType::F32;
   fo.offload_state = cfg.train.offload != "none";
   fo.offload_master = cfg.train.offload == "optimizer+master";
+  if (cfg.dist.fp8_gather) fo.fp8_gather = Qwen2Model::fp8_gather_spans(*layout_, Fp8Options::from(cfg.train));
   // The inputs before the model's memory: bad data or a bad checkpoint is refused
   // before the shards and activations are allocated.
   data_ = make_token_source(cfg.data, cfg.model.vocab_size, cfg.train.seed, cfg.train.seq_len);
@@ -250,6 +251,8 @@ void Trainer::print_header() const {
   else if (comm_.world() > 1)
     sharding += " (FSDP: sharded over all ranks)";
   if (comm_.world() > 1) sharding += ", gradients reduced in " + cfg_.dist.reduce_dtype;
+  if (shard_.world() > 1 && fsdp_->fp8_gathers())
+    sharding += ", the MLP's FP8 weights gathered as e4m3";
   log_info(std::string("shardtrain ") + SHARDTRAIN_VERSION + " | backend " + be_.name() + " | " + sharding);
   std::snprintf(buf, sizeof buf, "model %s: %d layers, hidden %d, heads %d (kv %d), ffn %d, vocab %d, %s | %s params",
                 m.source.c_str(), m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.intermediate_size,

@@ -64,6 +64,28 @@ void exercise(Comm& c, size_t count) {
   c.all_gather(view(inplace), Tensor{inplace.data() + r * count, dtype_of<T>(), count}, count);
   check_equal(inplace, want, "in-place all_gather " + type, r);
 
+  // all_gather_v, in place: rank q's part has (q * 7 + count) % 5 elements (some
+  // empty), each its rank's values; the sync and the async form.
+  std::vector<size_t> counts(W);
+  size_t total = 0, mine_at = 0;
+  for (int q = 0; q < W; ++q) {
+    counts[q] = (q * 7 + count) % 5;
+    if (q < r) mine_at += counts[q];
+    total += counts[q];
+  }
+  for (bool async : {false, true}) {
+    std::vector<T> v(total, T(-1)), v_want(total);
+    size_t at = 0;
+    for (int q = 0; q < W; ++q)
+      for (size_t i = 0; i < counts[q]; ++i, ++at) v_want[at] = static_cast<T>(q * 100 + static_cast<int>(i));
+    for (size_t i = 0; i < counts[r]; ++i) v[mine_at + i] = v_want[mine_at + i];
+    if (async)
+      c.wait(c.all_gather_v_async(view(v), counts));
+    else
+      c.all_gather_v(view(v), counts);
+    check_equal(v, v_want, std::string(async ? "async " : "") + "all_gather_v " + type, r);
+  }
+
   // reduce_scatter: rank q contributes (q+1)·(j+1) at j, so rank r's chunk sums to
   // W(W+1)/2 · (r·count + i + 1).
   std::vector<T> full(count * W), part(count, T(-7)), part_want(count);

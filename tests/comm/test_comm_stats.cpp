@@ -52,6 +52,30 @@ void four_ranks_hsdp(int per_node) {
 TEST(CommStats, HsdpShardGroupsOnTheirNodeReplicasAcross) { four_ranks_hsdp(2); }
 TEST(CommStats, OneRankPerNodeEverythingCrosses) { four_ranks_hsdp(1); }
 
+// An all-gather of unequal parts (FSDP's FP8 gathers): each rank passes on every part
+// but its ring successor's, counted as an all-gather.
+TEST(CommStats, UnequalPartsCountWhatTheRingSends) {
+  const int port = test::free_port();
+  const auto errors = test::run_ranks(3, [&](int r) {
+    auto be = make_backend("cpu", 0);
+    Rendezvous where{.rank = r, .world = 3, .master_port = port};
+    ProcessGroups g = init_process_groups(where, *be, 0, 30);
+    const std::vector<size_t> counts = {5, 0, 7};
+    std::vector<float> v(12, -1.0f);
+    const size_t at[] = {0, 5, 5};
+    for (size_t i = 0; i < counts[r]; ++i) v[at[r] + i] = float(r);
+    const CommCounts before = g.stats->snapshot();
+    g.shard->wait(g.shard->all_gather_v_async(view(v), counts));
+    const CommCounts c = g.stats->snapshot() - before;
+    for (size_t i = 0; i < 12; ++i) ST_CHECK(v[i] == (i < 5 ? 0.0f : 2.0f), "rank ", r, ": v[", i, "] = ", v[i]);
+    const uint64_t want = 4 * (12 - counts[(r + 1) % 3]);  // 48, 20, 28
+    const uint64_t got = c.bytes[static_cast<int>(CollectiveKind::AllGather)];
+    ST_CHECK(got == want, "rank ", r, ": all_gather_v counted ", got, " bytes, expected ", want);
+    g.world->barrier();
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
 TEST(CommStats, AWorldOfOneMovesNothing) {
   auto be = make_backend("cpu", 0);
   ProcessGroups g = init_process_groups(Rendezvous{}, *be, 0, 5);

@@ -319,5 +319,90 @@ TEST(Fsdp, OverlappedCollectivesGiveTheSameTraining) {
   for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// dist.fp8_gather: the MLP's FP8 weights gathered as e4m3 codes, each rank casting its
+// part with the scale agreed from every rank's amax, give the codes the model would
+// cast from the gathered weights: the same training bit for bit (losses, gradient
+// norms, final weights over three steps), with the FP8 MLP, all four kinds, down
+// alone and delayed scaling. `shard` decides the world; the gathering path is taken
+// even at one rank.
+std::vector<double> fp8_trace(Backend& be, Comm& shard, DType dt, const Fp8Options& fp8, bool gather) {
+  const ModelConfig c = cfg();
+  const int B = 2, T = 8;
+  ParamLayout layout(c);
+  ShardPlan plan(layout, shard.world());
+  Qwen2Model model(layout, be, dt, B, T, 0, Recompute::None, fp8);
+  FsdpOptions o;
+  o.compute_dtype = dt;
+  o.in_place_when_alone = false;
+  if (gather) o.fp8_gather = Qwen2Model::fp8_gather_spans(layout, fp8);
+  Fsdp f(plan, be, shard, nullptr, o);
+  ST_CHECK(f.fp8_gathers() == gather, "fp8_gathers() is ", f.fp8_gathers(), " with fp8_gather ", gather);
+  f.init_weights(33);
+  std::vector<double> trace;
+  for (int step = 0; step < 3; ++step) {
+    model.begin_step();
+    f.zero_grads();
+    std::vector<int32_t> tok(B * T), tgt(B * T);
+    for (int i = 0; i < B * T; ++i)
+      tok[i] = (i * 31 + step * 7 + shard.rank() * 13) % 256, tgt[i] = (i * 17 + 3 + step) % 256;
+    trace.push_back(model.forward_backward(f, tok.data(), tgt.data(), 1.0f / (B * T), -100).sum);
+    trace.push_back(f.grad_norm());
+    AdamWParams p;
+    p.lr = 2e-2f;
+    p.step = step + 1;
+    f.step(p);
+  }
+  for (int u = 0; u < layout.num_units(); ++u)
+    for (float x : f.gather_unit(u)) trace.push_back(x);
+  return trace;
+}
+
+std::vector<Fp8Options> fp8_gather_cases() {
+  std::vector<Fp8Options> cases(4);
+  for (auto& o : cases) o.on = true;
+  cases[0].kinds = 0b1100;  // the MLP's (the default)
+  cases[1].kinds = 0b1111;  // all four kinds
+  cases[2].kinds = 0b1000;  // down alone: the tail is down only
+  cases[3].kinds = 0b1100, cases[3].delayed = true;
+  return cases;
+}
+
+void expect_fp8_gather_changes_no_bit(Backend& be, Comm& shard, DType dt, const std::string& who) {
+  for (const Fp8Options& o : fp8_gather_cases()) {
+    const std::vector<double> want = fp8_trace(be, shard, dt, o, false), got = fp8_trace(be, shard, dt, o, true);
+    ST_CHECK(got.size() == want.size(), who, ": trace sizes differ");
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += !(got[i] == want[i]);
+    ST_CHECK(differ == 0, who, " kinds ", o.kinds, o.delayed ? " delayed" : "", ": ", differ, " of ", got.size(),
+             " values differ with the FP8 weights gathered as codes (first loss ", got[0], " vs ", want[0], ")");
+  }
+}
+
+TEST(Fsdp, Fp8GatherChangesNoBitAtOneRankAndThree) {
+  {
+    auto be = make_cpu_backend();
+    auto single = make_single_comm(*be);
+    expect_fp8_gather_changes_no_bit(*be, *single, DType::F32, "one rank");
+  }
+  const int world = 3, port = test::free_port();  // parts of any size: 3 does not divide the units
+  const auto errors = test::run_ranks(world, [&](int rank) {
+    auto be = make_cpu_backend();
+    auto store = std::make_shared<TcpStore>("127.0.0.1", port, rank, world, 30);
+    auto shard = make_gloo_comm(store, "shard", rank, world, 30, nullptr, -1, {}, /*overlap=*/true);
+    expect_fp8_gather_changes_no_bit(*be, *shard, DType::F32, "rank " + std::to_string(rank) + " of 3");
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// The same on the GPU (bf16 weights, the CUDA casts and byte transpose, cuBLASLt's FP8
+// GEMMs), at one rank through the gathering path.
+TEST(CudaFsdp, Fp8GatherChangesNoBit) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  auto be = make_cuda_backend(0);
+  if (const std::string why = be->fp8_unsupported_reason(); !why.empty()) GTEST_SKIP() << why;
+  auto single = make_single_comm(*be);
+  expect_fp8_gather_changes_no_bit(*be, *single, DType::BF16, "cuda");
+}
+
 }  // namespace
 }  // namespace st

@@ -21,7 +21,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/model_config.h"
+#include "fsdp/shard_plan.h"
 #include "io/safetensors.h"
+#include "model/layout.h"
+#include "model/qwen2.h"
 #include "metrics/metrics.h"
 #include "support/files.h"
 #include "support/fork_ranks.h"
@@ -168,15 +172,17 @@ TEST(MultiRankTraining, Bf16GradientReductionHalvesTheBytesAndTrains) {
 // 2x2, every layer kind and the lm_head's gradients in FP8: each rank casts its own
 // activations and gradients (its half of the batch; the delayed scales come from the
 // amax of all ranks, but the first step's and the lm_head's from its own), so the curve
-// is not one rank's bit for bit, but follows it within 0.5% at every step; the weights travel as they do
-// without FP8 (gathered in the compute dtype, then cast), so every step's gathered
-// and reduced bytes are those of the same run in f32.
+// is not one rank's bit for bit, but follows it within 0.5% at every step. With
+// dist.fp8_gather=false the weights travel as they do without FP8 (gathered in the
+// compute dtype, then cast), so every step's gathered and reduced bytes are those of
+// the same run in f32.
 TEST(MultiRankTraining, Fp8UnderFsdpAndHsdpFollowsOneRank) {
   const std::string fp8 = " --train.seed=11 --train.matmul_dtype=fp8 --train.fp8_layers=qkv,o,gate_up,down,lm_head_grad";
   const auto one = train("fp8_w1", 1, 0, fp8, 1, st::test::free_port());
   const auto two = train("fp8_w2", 2, 0, fp8, 1, st::test::free_port());
   const auto hsdp = train("fp8_hsdp", 4, 0, fp8 + " --dist.shard_group_size=2", 1, st::test::free_port());
   const auto f32 = train("fp8_f32_w2", 2, 0, " --train.seed=11", 1, st::test::free_port());
+  const auto two_cast = train("fp8_w2_cast", 2, 0, fp8 + " --dist.fp8_gather=false", 1, st::test::free_port());
   ASSERT_EQ(one.size(), 20u);
   for (const auto& [run, what] : {std::pair{&two, "FSDP 2"}, std::pair{&hsdp, "HSDP 2x2"}}) {
     ASSERT_EQ(run->size(), 20u) << what;
@@ -185,7 +191,8 @@ TEST(MultiRankTraining, Fp8UnderFsdpAndHsdpFollowsOneRank) {
     EXPECT_LT(run->back(), run->front() - 0.5) << what << ": did not train";
   }
   EXPECT_NE(two, f32) << "FP8 gave the f32 run's losses: nothing was quantized";
-  const auto x = records("fp8_w2"), y = records("fp8_f32_w2");
+  EXPECT_EQ(two, two_cast) << "the FP8 weights gathered as codes changed the training";
+  const auto x = records("fp8_w2_cast"), y = records("fp8_f32_w2");
   ASSERT_EQ(x.size(), 20u);
   ASSERT_EQ(y.size(), 20u);
   for (const auto& [step, r] : x) {
@@ -193,6 +200,68 @@ TEST(MultiRankTraining, Fp8UnderFsdpAndHsdpFollowsOneRank) {
     EXPECT_EQ(r["comm_all_gather_bytes"], y.at(step)["comm_all_gather_bytes"]) << "step " << step;
     EXPECT_EQ(r["comm_reduce_scatter_bytes"], y.at(step)["comm_reduce_scatter_bytes"]) << "step " << step;
   }
+}
+
+// What rank 0 of a shard group of W sends for one step's block all-gathers (two per
+// block: forward and backward) with dist.fp8_gather less than without, for kModel with
+// the MLP in FP8: the ring passes on every part but its successor's (rank 1's), the
+// part before the MLP in the compute dtype (f32 on the CPU) and the MLP's as one-byte
+// codes, where without it every part is a whole shard of f32.
+uint64_t fp8_gather_saving(int W) {
+  st::ModelConfig c = st::model_preset("tiny");
+  c.num_layers = 2, c.hidden_size = 64, c.intermediate_size = 128;
+  const st::ParamLayout layout(c);
+  const st::ShardPlan plan(layout, W);
+  st::Fp8Options o;
+  o.on = true;
+  const auto spans = st::Qwen2Model::fp8_gather_spans(layout, o);
+  uint64_t saved = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    if (spans[u].empty()) continue;
+    const size_t from = spans[u].front().offset;
+    uint64_t with = 0;
+    for (int q = 0; q < W; ++q) {
+      if (q == 1 % W) continue;
+      const st::ElemRange v = plan.valid_range_of(u, q);
+      const size_t head = v.begin < from ? std::min(v.end, from) - v.begin : 0;
+      with += 4 * head + (v.size() - head);
+    }
+    saved += 2 * (4 * (W - 1) * plan.shard_numel(u) - with);
+  }
+  return saved;
+}
+
+// dist.fp8_gather (on by default): the MLP's FP8 weights all-gathered as e4m3 codes that
+// each rank casts from its own part with the scale agreed from every rank's amax are
+// the codes each rank would cast from the gathered weights, so FSDP over 2 and 4 ranks
+// and HSDP 2x2 train the same curve bit for bit with and without it, the reductions
+// unchanged, while every step's all-gathers send exactly the bytes the shard plan says
+// fewer. Attention alone in FP8 has no FP8 tail: nothing changes.
+TEST(MultiRankTraining, Fp8GatherChangesNoBitAndSendsTheMlpAsBytes) {
+  const std::string fp8 = " --train.seed=13 --train.matmul_dtype=fp8";
+  for (const auto& [nproc, extra, W] : {std::tuple{2, std::string(), 2}, std::tuple{4, std::string(), 4},
+                                        std::tuple{4, std::string(" --dist.shard_group_size=2"), 2}}) {
+    const std::string what = std::to_string(nproc) + " ranks" + extra;
+    const auto cast = train("fp8g_cast", nproc, 0, fp8 + extra + " --dist.fp8_gather=false", 1, st::test::free_port());
+    const auto codes = train("fp8g_codes", nproc, 0, fp8 + extra, 1, st::test::free_port());
+    ASSERT_EQ(codes.size(), 20u) << what;
+    EXPECT_EQ(codes, cast) << what;
+    const auto x = records("fp8g_cast"), y = records("fp8g_codes");
+    ASSERT_EQ(y.size(), 20u) << what;
+    const uint64_t saving = fp8_gather_saving(W);
+    EXPECT_GT(saving, 0u);
+    for (const auto& [step, r] : x) {
+      const uint64_t a = r["comm_all_gather_bytes"], b = y.at(step)["comm_all_gather_bytes"];
+      EXPECT_EQ(a - b, saving) << what << " step " << step << ": " << a << " vs " << b;
+      EXPECT_EQ(r["comm_reduce_scatter_bytes"], y.at(step)["comm_reduce_scatter_bytes"]) << what << " step " << step;
+    }
+  }
+  const std::string attn = fp8 + " --train.fp8_layers=qkv,o";
+  const auto cast = train("fp8g_attn_cast", 2, 0, attn + " --dist.fp8_gather=false", 1, st::test::free_port());
+  const auto codes = train("fp8g_attn", 2, 0, attn, 1, st::test::free_port());
+  EXPECT_EQ(codes, cast);
+  const auto x = records("fp8g_attn_cast"), y = records("fp8g_attn");
+  for (const auto& [step, r] : x) EXPECT_EQ(r["comm_all_gather_bytes"], y.at(step)["comm_all_gather_bytes"]);
 }
 
 // FP8 with delayed scaling over 2 ranks: the ranks agree on every step's amax (the

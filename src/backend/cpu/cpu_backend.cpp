@@ -251,6 +251,12 @@ class CpuBackend final : public Backend {
       inv_scale.as<float>()[size_t(i) * stride] = 1.0f / fp8_scale(m, fp8_spec(format).max_finite);
     }
   }
+  void do_fp8_transpose(Tensor qt, Tensor q, int rows, int cols) override {
+    const uint8_t* in = q.as<uint8_t>();
+    uint8_t* out = qt.as<uint8_t>();
+    for (int r = 0; r < rows; r++)
+      for (int c = 0; c < cols; c++) out[size_t(c) * rows + r] = in[size_t(r) * cols + c];
+  }
   // fast_accum is the tensor cores' choice: the emulation accumulates exactly either way.
   void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
                      bool accumulate, bool /*fast_accum*/) override {

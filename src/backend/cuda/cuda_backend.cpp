@@ -446,6 +446,10 @@ class CudaBackend final : public Backend {
     cuda::fp8_roll_scales(inv_scale.as<float>(), stride, amax.as<float>(), history.as<float>(), n, len, pos, format,
                           stream_);
   }
+  void do_fp8_transpose(Tensor qt, Tensor q, int rows, int cols) override {
+    use_device();
+    cuda::fp8_transpose(qt.as<uint8_t>(), q.as<uint8_t>(), rows, cols, stream_);
+  }
   void do_matmul_fp8(Tensor out, Tensor a, Tensor a_inv, Tensor b, Tensor b_inv, Tensor bias, int M, int K, int N,
                      bool accumulate, bool fast_accum) override {
     use_device();

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/fp8.h"
@@ -402,6 +403,42 @@ TEST_F(CpuFp8, MatmulIsTheDequantizedProductScaled) {
   EXPECT_GT(std::sqrt(err / ref), 1e-4);
 }
 
+TEST_F(CpuFp8, TransposeMovesTheBytesAsTheyAre) {
+  for (auto [rows, cols] : {std::pair{1, 1}, std::pair{3, 5}, std::pair{16, 48}}) {
+    const size_t n = size_t(rows) * cols;
+    Tensor q = make(DType::F8E4M3, n), qt = make(DType::F8E4M3, n);
+    for (size_t i = 0; i < n; i++) q.as<uint8_t>()[i] = uint8_t(i * 37 + 11);
+    be->fp8_transpose(qt, q, rows, cols);
+    for (int r = 0; r < rows; r++)
+      for (int c = 0; c < cols; c++)
+        EXPECT_EQ(qt.as<uint8_t>()[size_t(c) * rows + r], q.as<uint8_t>()[size_t(r) * cols + c]) << r << "," << c;
+  }
+  Tensor a = make(DType::F8E4M3, 12), f = make(DType::F32, 12);
+  expect_error([&] { be->fp8_transpose(a, a, 3, 4); }, {"not in place"});
+  expect_error([&] { be->fp8_transpose(a, f, 3, 4); }, {"expected f8e4m3 or f8e5m2"});
+}
+
+// What dist.fp8_gather does with a weight split across ranks: each part cast as one
+// row with the whole tensor's scale reused, its amax recorded, gives the whole
+// tensor's codes, and the largest part amax is the whole's.
+TEST_F(CpuFp8, PartsCastWithTheWholeScaleAreTheWholeCast) {
+  const int rows = 12, cols = 20;
+  const size_t n = size_t(rows) * cols;
+  Vec x = randv(n, -2, 2);
+  x[97] = 9.5;
+  Tensor tx = make(DType::F32, n), whole = make(DType::F8E4M3, n), inv = make(DType::F32, 1);
+  be->copy(tx, from(x));
+  be->fp8_quantize(whole, Tensor{}, inv, tx, rows, cols);
+  Tensor parts = make(DType::F8E4M3, n), amax = make(DType::F32, 3);
+  be->zero(amax);
+  const size_t cut[] = {0, 61, 143, n};  // anywhere, not at rows
+  for (int k = 0; k < 3; k++)
+    be->fp8_quantize(parts.slice(cut[k], cut[k + 1] - cut[k]), Tensor{}, inv, tx.slice(cut[k], cut[k + 1] - cut[k]),
+                     1, int(cut[k + 1] - cut[k]), true, amax.slice(k, 1));
+  EXPECT_EQ(std::memcmp(parts.as<uint8_t>(), whole.as<uint8_t>(), n), 0);
+  EXPECT_EQ(std::max({get(amax)[0], get(amax)[1], get(amax)[2]}), 9.5);
+}
+
 TEST_F(CpuFp8, BadCallsAreRefused) {
   Tensor a = make(DType::F8E5M2, 16 * 16), b = make(DType::F8E5M2, 16 * 16), i = make(DType::F32, 1);
   Tensor out = make(DType::F32, 16 * 16), x = make(DType::F32, 16 * 16);
@@ -454,6 +491,45 @@ TEST_F(CudaFp8, QuantizeMatchesTheEmulationBitForBit) {
 // Delayed scaling on the GPU: the one-pass cast with a given scale writes the
 // emulation's bytes and records its amax (many blocks, one word); the roll gives the
 // emulation's scales, history and zeroed amax.
+// The byte transpose dist.fp8_gather's backward uses, and casts of a weight's parts as
+// single rows at any offset (unaligned), against the emulation.
+TEST_F(CudaFp8, TransposeAndPartCastsMatchTheEmulation) {
+  std::mt19937 rng(20261207);
+  for (auto [rows, cols, off] : {std::tuple{256, 512, 0}, std::tuple{130, 100, 0}, std::tuple{48, 80, 5},
+                                 std::tuple{1, 1000, 3}, std::tuple{17921, 64, 0}}) {
+    const size_t n = size_t(rows) * cols;
+    std::vector<uint8_t> bytes(n + off);
+    for (auto& b : bytes) b = uint8_t(rng());
+    Tensor cq = make(*cpu, DType::F8E4M3, n), cqt = make(*cpu, DType::F8E4M3, n);
+    std::memcpy(cq.as<uint8_t>(), bytes.data() + off, n);
+    cpu->fp8_transpose(cqt, cq, rows, cols);
+    Tensor gbuf = make(gpu(), DType::F8E4M3, n + off), gqt = make(gpu(), DType::F8E4M3, n);
+    gpu().upload(gbuf, bytes.data());
+    gpu().fp8_transpose(gqt, gbuf.slice(off, n), rows, cols);
+    EXPECT_EQ(std::memcmp(raw(gqt).data(), cqt.as<uint8_t>(), n), 0) << rows << "x" << cols << "+" << off;
+  }
+  for (DType dt : kBoth) {
+    const int rows = 96, cols = 64;
+    const size_t n = size_t(rows) * cols;
+    Vec x = randv_as(dt, n, -3, 3);
+    Tensor cq = make(*cpu, DType::F8E4M3, n), ci = make(*cpu, DType::F32, 1);
+    cpu->fp8_quantize(cq, Tensor{}, ci, cpu_from(x), rows, cols);
+    Tensor gx = gpu_from_at(x, dt, 0), gi = make(gpu(), DType::F32, 1), gq = make(gpu(), DType::F8E4M3, n);
+    gpu().fp8_quantize(gq, Tensor{}, gi, gx, rows, cols);
+    Tensor parts = make(gpu(), DType::F8E4M3, n), amax = make(gpu(), DType::F32, 3);
+    gpu().zero(amax);
+    const size_t cut[] = {0, 1001, 4097, n};
+    for (int k = 0; k < 3; k++)
+      gpu().fp8_quantize(parts.slice(cut[k], cut[k + 1] - cut[k]), Tensor{}, gi, gx.slice(cut[k], cut[k + 1] - cut[k]),
+                         1, int(cut[k + 1] - cut[k]), true, amax.slice(k, 1));
+    EXPECT_EQ(std::memcmp(raw(parts).data(), cq.as<uint8_t>(), n), 0) << dtype_name(dt);
+    const Vec m = get(amax);
+    double want = 0;
+    for (double v : x) want = std::max(want, std::fabs(v));
+    EXPECT_EQ(std::max({m[0], m[1], m[2]}), want) << dtype_name(dt);
+  }
+}
+
 TEST_F(CudaFp8, DelayedCastAndRollMatchTheEmulation) {
   for (DType dt : kBoth)
     for (auto [rows, cols] : {std::pair{37, 72}, std::pair{512, 256}, std::pair{1024, 1536}}) {
