@@ -49,8 +49,8 @@ void print_table(const StepModelInput& in, const StepPrediction& p, const Comput
   std::printf(" (%s)\n", in.reshard_after_forward ? "reshard after forward" : "no reshard after forward");
   std::printf("  batch:     %.0f tokens per rank per step (micro_batch %d x seq_len %d x grad_accum %d)\n",
               in.tokens_per_rank(), in.micro_batch, in.seq_len, in.grad_accum);
-  std::printf("  wire:      parameters gathered in %s, gradients reduced in %s\n", wire_dtype_name(in.gather_dtype_bytes),
-              wire_dtype_name(in.reduce_dtype_bytes));
+  std::printf("  wire:      parameters gathered in %s%s, gradients reduced in %s\n", wire_dtype_name(in.gather_dtype_bytes),
+              in.fp8_gather_numel ? " (the MLP's FP8 weights as e4m3)" : "", wire_dtype_name(in.reduce_dtype_bytes));
   std::printf("  links:     intra-node %g Gbit/s, %g us; inter-node %g Gbit/s, %g us (one node's link, each way)\n",
               in.intra.gbps, in.intra.latency_us, in.inter.gbps, in.inter.latency_us);
   if (basis.source == "gpu" && basis.matmul_dtype == "fp8")

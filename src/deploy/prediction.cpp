@@ -138,9 +138,10 @@ std::string prediction_text(const ClusterSpec& spec, const ClusterPrediction& cp
   if (has_efa(cp)) s += link_line(cp.efa, spec.gpu.instance_type);
   s += link_line(cp.tcp, spec.gpu.instance_type);
   s += link_line(cp.intra, spec.gpu.instance_type);
-  s += format("  on the wire: parameters all-gathered in %s, gradients reduce-scattered in fp32 (what the code does: "
+  s += format("  on the wire: parameters all-gathered in %s%s, gradients reduce-scattered in fp32 (what the code does: "
               "src/fsdp/fsdp.cpp); schedule %s\n",
-              wire_dtype_name(in.gather_dtype_bytes), schedule_name(in.schedule));
+              wire_dtype_name(in.gather_dtype_bytes),
+              in.fp8_gather_numel ? " (the MLP's FP8 weights as e4m3, dist.fp8_gather)" : "", schedule_name(in.schedule));
   s += format("  %-12s %8s %8s %13s %17s %13s %18s\n", "fabric", "step s", "steps/s", "tokens/s/GPU",
               "tokens/s cluster", "inter-node s", "GB/node each way");
   if (has_efa(cp)) s += row("EFA", cp.expected);

@@ -25,6 +25,7 @@ nlohmann::json step_prediction_json(const StepModelInput& in, const StepPredicti
       {"grad_accum", in.grad_accum},
       {"tokens_per_rank", in.tokens_per_rank()},
       {"gather_dtype", wire_dtype_name(in.gather_dtype_bytes)},
+      {"fp8_gather_numel_per_block", in.fp8_gather_numel},
       {"reduce_dtype", wire_dtype_name(in.reduce_dtype_bytes)},
       {"reshard_after_forward", in.reshard_after_forward},
       {"schedule", schedule_name(in.schedule)},

@@ -123,6 +123,16 @@ StepModelInput step_model_input(const RunConfig& cfg, int nodes, int ranks_per_n
   in.reshard_after_forward = cfg.dist.reshard_after_forward;
   in.gather_dtype_bytes = cfg.train.device == "cuda" ? 2 : 4;
   in.reduce_dtype_bytes = cfg.dist.reduce_dtype == "bf16" ? 2 : 4;
+  // What Qwen2Model::fp8_gather_spans hands FSDP: the MLP's weights when down is FP8,
+  // gate|up with them when it is too.
+  const auto& k = cfg.train.fp8_layers;
+  auto named = [&](const char* n) { return std::find(k.begin(), k.end(), n) != k.end(); };
+  if (cfg.train.matmul_dtype == "fp8" && cfg.dist.fp8_gather && named("down")) {
+    const size_t C = cfg.model.hidden_size, F = cfg.model.intermediate_size;
+    in.fp8_gather_numel = C * F + (named("gate_up") ? 2 * C * F : 0);
+    in.fp8_bf16_end_blocks = cfg.train.fp8_bf16_end_blocks;
+  }
+  in.fp8_delayed = cfg.train.matmul_dtype == "fp8" && cfg.train.fp8_scaling == "delayed";
   return in;
 }
 
@@ -185,14 +195,36 @@ std::vector<Collective> step_collectives(const StepModelInput& in) {
       const UnitTraffic& u = units[i];
       const bool end = i == 0 || i == first;
       const int forward_gathers = i == 0 && in.model.tie_word_embeddings && !in.reshard_after_forward ? 1 : A;
-      out.push_back({CollectiveKind::AllGather, CommGroup::Shard, u.name, u.shard_numel, in.gather_dtype_bytes,
-                     u.gathers, end ? forward_gathers : 0});
+      const int layer = static_cast<int>(i) - 1, ends = std::max(in.fp8_bf16_end_blocks, 0);
+      const bool codes = in.fp8_gather_numel > 0 && layer >= ends && layer < in.model.num_layers - ends &&
+                         i + 1 < units.size();
+      if (codes) {
+        const size_t G = in.shard_group(), tail = std::min(in.fp8_gather_numel, u.numel);
+        out.push_back({CollectiveKind::AllGather, CommGroup::Shard, u.name, (u.numel - tail + G - 1) / G,
+                       in.gather_dtype_bytes, u.gathers, end ? forward_gathers : 0});
+        out.push_back({CollectiveKind::AllGather, CommGroup::Shard, u.name + " fp8", (tail + G - 1) / G, 1, u.gathers,
+                       end ? forward_gathers : 0});
+      } else {
+        out.push_back({CollectiveKind::AllGather, CommGroup::Shard, u.name, u.shard_numel, in.gather_dtype_bytes,
+                       u.gathers, end ? forward_gathers : 0});
+      }
       out.push_back({CollectiveKind::ReduceScatter, CommGroup::Shard, u.name, u.shard_numel, in.reduce_dtype_bytes,
                      u.reductions, end ? u.reductions : 0});
       if (in.hsdp())
         out.push_back({CollectiveKind::AllReduce, CommGroup::Replicate, u.name, u.shard_numel, in.reduce_dtype_bytes,
                        u.replica_sums, end ? u.replica_sums : 0});
     }
+  }
+  if (in.world() > 1) {
+    const int L = in.model.num_layers, ends = std::max(in.fp8_bf16_end_blocks, 0), fp8_blocks = std::max(L - 2 * ends, 0);
+    const size_t CF = static_cast<size_t>(in.model.hidden_size) * in.model.intermediate_size;
+    // FSDP's FP8 weight scales, once a step (Fsdp::agree_fp8_scales), and delayed
+    // scaling's amax (the trainer), max-reduced in f32: synchronous, so exposed.
+    if (in.fp8_gather_numel > 0 && fp8_blocks > 0)
+      out.push_back({CollectiveKind::AllReduce, CommGroup::Shard, "fp8_weight_scales",
+                     static_cast<size_t>(fp8_blocks) * (in.fp8_gather_numel > CF ? 2 : 1), 4, 1, 1});
+    if (in.fp8_delayed)
+      out.push_back({CollectiveKind::AllReduce, CommGroup::World, "fp8_amax", static_cast<size_t>(L) * 8, 4, 1, 1});
   }
   // The trainer's scalar sums within a step (doubles; synchronous, so exposed).
   out.push_back({CollectiveKind::AllReduce, CommGroup::World, "total_valid", 1, 8, 1, 1});

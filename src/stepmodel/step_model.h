@@ -45,6 +45,14 @@ struct StepModelInput {
   bool reshard_after_forward = true;  // dist.reshard_after_forward
   int gather_dtype_bytes = 4;        // parameters on the wire: 2 (bf16, GPU) or 4 (fp32, CPU)
   int reduce_dtype_bytes = 4;        // gradients on the wire (dist.reduce_dtype): 4 (fp32) or 2 (bf16)
+  // dist.fp8_gather with the MLP in FP8: the elements at the end of each FP8 block (the
+  // MLP's weights) that are gathered as one-byte e4m3 codes, the rest of the block in
+  // the gather dtype; blocks within fp8_bf16_end_blocks of either end have none.
+  size_t fp8_gather_numel = 0;
+  int fp8_bf16_end_blocks = 0;
+  // train.fp8_scaling = "delayed" (with train.matmul_dtype = "fp8"): every step's amax of
+  // the blocks' FP8 inputs and gradients (8 floats a block) is all-reduced (max) over the world.
+  bool fp8_delayed = false;
   double compute_s = 0;              // forward + backward + optimizer of one rank's step, no communication
   Link intra, inter;                 // between ranks of one node; between nodes (one node's network link)
   OverlapSchedule schedule = OverlapSchedule::None;
@@ -106,7 +114,10 @@ struct Collective {
   int exposed_times = 0;   // of those, the ones the prefetch schedule cannot hide
 };
 
-// Every collective of a step: the units' (unit_traffic) and the three scalar sums
+// Every collective of a step: the units' (unit_traffic; a block with FP8 codes as two
+// all-gathers, the part in the gather dtype and the codes, each at its share of the
+// shard, as the all-gather of unequal parts moves them, and the FP8 weights' scales
+// agreed over the shard group; delayed FP8 scaling's amax over the world) and the three scalar sums
 // inside a step's timing (the global count of valid targets and the loss over the
 // world, the squared gradient norm over the shard group). A world of one rank
 // gathers and reduces nothing (the shards are used in place).

@@ -161,6 +161,16 @@ class CountingComm final : public Comm {
     std::memcpy(recv.data, send.data, n * dtype_size(send.dtype));
   }
   void all_reduce(Tensor buf, size_t n) override { note("all_reduce", n, buf); }
+  void all_reduce_max(Tensor buf, size_t n) override { note("all_reduce", n, buf); }
+  // Unequal parts (FSDP's FP8 gathers): recorded at the mean part, rounded up, as the
+  // model lists them; rank 0 keeps its part.
+  void all_gather_v(Tensor recv, const std::vector<size_t>& counts) override {
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    note("all_gather", (total + world_ - 1) / world_, recv);
+    const size_t esize = dtype_size(recv.dtype);
+    std::memset(static_cast<char*>(recv.data) + counts[0] * esize, 0, (total - counts[0]) * esize);
+  }
   void broadcast(Tensor buf, size_t n, int) override { note("broadcast", n, buf); }
   void barrier() override {}
   double all_reduce_sum(double v) override {
@@ -188,17 +198,32 @@ TEST(StepModel, CollectivesAreTheTrainersStep) {
     int world, group;  // shard group 0 = every rank
     bool tied, reshard;
     int accum;
+    std::string fp8 = "";  // "": bf16; else train.fp8_layers, with dist.fp8_gather (",cast": without)
   };
   const std::vector<Case> cases = {
       {1, 0, true, true, 1},  {2, 0, true, true, 1},   {2, 0, true, false, 2}, {2, 0, false, true, 2},
       {2, 0, false, false, 1}, {4, 0, true, true, 2},  {4, 2, true, true, 1},  {4, 2, false, false, 2},
       {4, 2, true, false, 2},  {2, 1, true, true, 1},  {6, 3, false, true, 1},
+      {2, 0, true, true, 1, "gate_up,down"}, {4, 2, false, false, 2, "qkv,o,gate_up,down"},
+      {3, 0, true, true, 2, "down"}, {2, 0, true, true, 1, "gate_up,down,cast"}, {4, 0, true, true, 1, "qkv,o"},
   };
   for (const Case& c : cases) {
     const std::string what = "world " + std::to_string(c.world) + ", shard group " + std::to_string(c.group) +
                              (c.tied ? ", tied" : ", untied") + (c.reshard ? ", reshard" : ", no reshard") +
-                             ", accum " + std::to_string(c.accum);
+                             ", accum " + std::to_string(c.accum) + (c.fp8.empty() ? "" : ", fp8 " + c.fp8);
     RunConfig cfg = testing::tiny_run(1, {.layers = 2, .hidden = 32, .intermediate = 48, .seq_len = 8, .micro_batch = 2});
+    if (!c.fp8.empty()) {
+      cfg.train.matmul_dtype = "fp8";
+      cfg.train.fp8_layers.clear();
+      for (size_t a = 0, b; a <= c.fp8.size(); a = b + 1) {
+        b = std::min(c.fp8.find(',', a), c.fp8.size());
+        const std::string k = c.fp8.substr(a, b - a);
+        if (k == "cast")
+          cfg.dist.fp8_gather = false;
+        else
+          cfg.train.fp8_layers.push_back(k);
+      }
+    }
     cfg.model.tie_word_embeddings = c.tied;
     cfg.data.source = "random";
     cfg.train.grad_accum = c.accum;
@@ -226,6 +251,9 @@ TEST(StepModel, CollectivesAreTheTrainersStep) {
     in.reshard_after_forward = c.reshard;
     in.gather_dtype_bytes = 4;  // the CPU backend gathers fp32
     in.inter = {1, 0};
+    const StepModelInput from_config = step_model_input(cfg, c.world, 1);
+    in.fp8_gather_numel = from_config.fp8_gather_numel;
+    in.fp8_delayed = from_config.fp8_delayed;
     EXPECT_EQ(modelled_calls(in), calls) << what;
   }
 }
