@@ -89,8 +89,14 @@ TEST(PredictCli, Fp8ShortensTheComputeOnGpusThatHaveIt) {
   EXPECT_NEAR(fp8["fp8_flop_share"].get<double>(), 0.7085, 0.0001);  // the MLP's, by default
   EXPECT_EQ(fp8["fp8_layer_speedup"], kFp8LayerSpeedup);
   EXPECT_NEAR(fp8["compute_s"].get<double>() / bf16["compute_s"].get<double>(), 1 / 1.2671, 0.0005);
-  // The bytes on the wire are the same: FP8 changes the compute only.
-  EXPECT_EQ(fp8["inter_node_bytes_per_node"], bf16["inter_node_bytes_per_node"]);
+  // The bytes on the wire: the MLP's weights gathered as one-byte codes (dist.fp8_gather)
+  // instead of bf16, one byte fewer for each of 28 x 3 x 1536 x 8960 elements, 7/8 of
+  // them through the ring of 8, twice a step; without the gather the same as bf16.
+  const double saved = bf16["inter_node_bytes_per_node"].get<double>() - fp8["inter_node_bytes_per_node"].get<double>();
+  EXPECT_NEAR(saved, 28.0 * 3 * 1536 * 8960 * 7 / 8 * 2, 1e6);
+  EXPECT_EQ(fp8["fp8_gather_numel_per_block"], 3 * 1536 * 8960);
+  EXPECT_EQ(predict_json(cluster + "H100 --train.matmul_dtype=fp8 --dist.fp8_gather=false")["inter_node_bytes_per_node"],
+            bf16["inter_node_bytes_per_node"]);
   // Given seconds are taken as they are.
   EXPECT_EQ(predict_json(kEmulated + " --inter-gbps 1 --compute-s 0.4 --train.matmul_dtype=fp8")["compute_s"], 0.4);
   const auto table = run_shell(kBin + " predict" + cluster + "L4 --train.matmul_dtype=fp8");

@@ -140,6 +140,30 @@ void exercise(Comm& c, Backend& be, DType dt, size_t count) {
     check_equal(get(be, inplace->t), want, "in-place all_gather " + what, r);
   }
 
+  // all_gather_v, in place: rank q's part has (q * 7 + count) % 5 + q elements (one
+  // empty where that is 0), each 10q + i%8; the sync and the async form.
+  {
+    std::vector<size_t> counts(W);
+    size_t total = 0, mine_at = 0;
+    for (int q = 0; q < W; ++q) {
+      counts[q] = (q * 7 + count) % 5 + q;
+      if (q < r) mine_at += counts[q];
+      total += counts[q];
+    }
+    std::vector<double> v_want(total), own(total, -1.0);
+    for (int q = 0, at = 0; q < W; ++q)
+      for (size_t i = 0; i < counts[q]; ++i, ++at) v_want[at] = 10.0 * q + small(i);
+    for (size_t i = 0; i < counts[r]; ++i) own[mine_at + i] = v_want[mine_at + i];
+    for (bool async : {false, true}) {
+      auto v = put(be, dt, own.empty() ? std::vector<double>{-1.0} : own);
+      if (async)
+        c.wait(c.all_gather_v_async(v->t, counts));
+      else
+        c.all_gather_v(v->t, counts);
+      if (total) check_equal(get(be, v->t), v_want, std::string(async ? "async " : "") + "all_gather_v " + what, r);
+    }
+  }
+
   // reduce_scatter: rank q contributes (q+1)(j%8+1) at j, so rank r's chunk sums to
   // W(W+1)/2 (j%8+1) with j = r*count + i.
   {
@@ -451,7 +475,7 @@ TEST(NcclCommGpu, WorldOfOneCollectivesF32Bf16F64I32) {
   } catch (const Error& e) {
     ADD_FAILURE() << e.what();
   }
-  std::printf("world-1 NCCL comm on %s: all_gather, reduce_scatter, all_reduce, all_reduce_max, broadcast, barrier, "
+  std::printf("world-1 NCCL comm on %s: all_gather, all_gather_v, reduce_scatter, all_reduce, all_reduce_max, broadcast, barrier, "
               "all_reduce_sum as expected for f32, bf16, f64, i32\n",
               be->name().c_str());
 }

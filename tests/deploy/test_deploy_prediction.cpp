@@ -92,9 +92,11 @@ TEST(DeployPrediction, WithoutEfaOnlyTcp) {
   EXPECT_FALSE(j.contains("efa"));
 }
 
-// FP8 on the recipe's L4s: the compute of a step shrinks by the FP8 layers' share, the
-// wire does not, and over EFA the link still bounds the step.
-TEST(DeployPrediction, Fp8ShortensOnlyTheCompute) {
+// FP8 on the recipe's L4s: the compute of a step shrinks by the FP8 layers' share, and
+// the wire by the MLP's weights gathered as one-byte codes (dist.fp8_gather): over EFA
+// the link bounds the step, so that is what shortens it. Without the codes the wire is
+// bf16's and the step stays where it was.
+TEST(DeployPrediction, Fp8ShortensTheComputeAndTheGathers) {
   const ClusterSpec bf16 = load_cluster_file(kRecipe.string());
   ClusterSpec spec = bf16;
   spec.run.train.matmul_dtype = "fp8";
@@ -103,8 +105,17 @@ TEST(DeployPrediction, Fp8ShortensOnlyTheCompute) {
   EXPECT_NEAR(cp.compute.fp8_share, 0.7085, 0.0001);
   EXPECT_NEAR(cp.expected.p.compute_s, a.expected.p.compute_s * fp8_compute_factor(cp.compute.fp8_share), 1e-9);
   EXPECT_NEAR(cp.expected.p.compute_s, 1.163, 0.001);
-  EXPECT_EQ(cp.expected.p.inter_node_bytes_per_node, a.expected.p.inter_node_bytes_per_node);
-  EXPECT_NEAR(cp.expected.p.step_s, a.expected.p.step_s, 0.01);  // link-bound either way
+  // One byte fewer for each of 28 x 3 x 1536 x 8960 MLP elements, 7/8 of them through the
+  // ring of 8, twice a step (forward and backward gathers).
+  EXPECT_NEAR(a.expected.p.inter_node_bytes_per_node - cp.expected.p.inter_node_bytes_per_node,
+              28.0 * 3 * 1536 * 8960 * 7 / 8 * 2, 1e6);
+  EXPECT_NEAR(cp.expected.p.step_s / a.expected.p.step_s,
+              cp.expected.p.inter_node_bytes_per_node / a.expected.p.inter_node_bytes_per_node, 0.01);  // link-bound
+  ClusterSpec cast = spec;
+  cast.run.dist.fp8_gather = false;
+  const ClusterPrediction c = predict_cluster(cast);
+  EXPECT_EQ(c.expected.p.inter_node_bytes_per_node, a.expected.p.inter_node_bytes_per_node);
+  EXPECT_NEAR(c.expected.p.step_s, a.expected.p.step_s, 0.01);  // link-bound either way
   EXPECT_LT(cp.scaling[0].full_shard.p.step_s, a.scaling[0].full_shard.p.step_s);  // one node: compute-bound
   const std::string text = prediction_text(spec, cp);
   EXPECT_TRUE(has(text, "x 45% MFU, the FP8 layers' 70.9% of the FLOPs 1.423x faster (train.matmul_dtype = \"fp8\"; "
