@@ -95,8 +95,10 @@ TEST(PredictCli, Fp8ShortensTheComputeOnGpusThatHaveIt) {
   const double saved = bf16["inter_node_bytes_per_node"].get<double>() - fp8["inter_node_bytes_per_node"].get<double>();
   EXPECT_NEAR(saved, 28.0 * 3 * 1536 * 8960 * 7 / 8 * 2, 1e6);
   EXPECT_EQ(fp8["fp8_gather_numel_per_block"], 3 * 1536 * 8960);
-  EXPECT_EQ(predict_json(cluster + "H100 --train.matmul_dtype=fp8 --dist.fp8_gather=false")["inter_node_bytes_per_node"],
-            bf16["inter_node_bytes_per_node"]);
+  // (beside delayed scaling's amax all-reduce, 8 floats a block: 1,568 bytes here)
+  EXPECT_EQ(predict_json(cluster + "H100 --train.matmul_dtype=fp8 --dist.fp8_gather=false")["inter_node_bytes_per_node"]
+                    .get<double>() - bf16["inter_node_bytes_per_node"].get<double>(),
+            2 * 7 / 8.0 * 28 * 8 * 4);
   // Given seconds are taken as they are.
   EXPECT_EQ(predict_json(kEmulated + " --inter-gbps 1 --compute-s 0.4 --train.matmul_dtype=fp8")["compute_s"], 0.4);
   const auto table = run_shell(kBin + " predict" + cluster + "L4 --train.matmul_dtype=fp8");
