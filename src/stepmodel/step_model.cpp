@@ -133,6 +133,7 @@ StepModelInput step_model_input(const RunConfig& cfg, int nodes, int ranks_per_n
     in.fp8_bf16_end_blocks = cfg.train.fp8_bf16_end_blocks;
   }
   in.fp8_delayed = cfg.train.matmul_dtype == "fp8" && cfg.train.fp8_scaling == "delayed";
+  in.pipelined_gathers = cfg.train.device == "cuda";
   return in;
 }
 
@@ -197,7 +198,9 @@ std::vector<Collective> step_collectives(const StepModelInput& in) {
       const int forward_gathers = i == 0 && in.model.tie_word_embeddings && !in.reshard_after_forward ? 1 : A;
       const int layer = static_cast<int>(i) - 1, ends = std::max(in.fp8_bf16_end_blocks, 0);
       const bool codes = in.fp8_gather_numel > 0 && layer >= ends && layer < in.model.num_layers - ends &&
-                         i + 1 < units.size();
+                         i + 1 < units.size() && in.world() > 1 &&
+                         fp8_codes_gather_pays(u.numel, u.numel - std::min(in.fp8_gather_numel, u.numel),
+                                               in.shard_group(), in.gather_dtype_bytes, in.pipelined_gathers);
       if (codes) {
         const size_t G = in.shard_group(), tail = std::min(in.fp8_gather_numel, u.numel);
         out.push_back({CollectiveKind::AllGather, CommGroup::Shard, u.name, (u.numel - tail + G - 1) / G,
@@ -216,13 +219,15 @@ std::vector<Collective> step_collectives(const StepModelInput& in) {
     }
   }
   if (in.world() > 1) {
-    const int L = in.model.num_layers, ends = std::max(in.fp8_bf16_end_blocks, 0), fp8_blocks = std::max(L - 2 * ends, 0);
+    const int L = in.model.num_layers;
     const size_t CF = static_cast<size_t>(in.model.hidden_size) * in.model.intermediate_size;
     // FSDP's FP8 weight scales, once a step (Fsdp::agree_fp8_scales), and delayed
     // scaling's amax (the trainer), max-reduced in f32: synchronous, so exposed.
-    if (in.fp8_gather_numel > 0 && fp8_blocks > 0)
+    size_t codes_blocks = 0;  // as above
+    for (const Collective& c : out) codes_blocks += c.what.size() > 4 && c.what.compare(c.what.size() - 4, 4, " fp8") == 0;
+    if (codes_blocks > 0)
       out.push_back({CollectiveKind::AllReduce, CommGroup::Shard, "fp8_weight_scales",
-                     static_cast<size_t>(fp8_blocks) * (in.fp8_gather_numel > CF ? 2 : 1), 4, 1, 1});
+                     codes_blocks * (in.fp8_gather_numel > CF ? 2 : 1), 4, 1, 1});
     if (in.fp8_delayed)
       out.push_back({CollectiveKind::AllReduce, CommGroup::World, "fp8_amax", static_cast<size_t>(L) * 8, 4, 1, 1});
   }

@@ -50,6 +50,10 @@ struct StepModelInput {
   // the gather dtype; blocks within fp8_bf16_end_blocks of either end have none.
   size_t fp8_gather_numel = 0;
   int fp8_bf16_end_blocks = 0;
+  // Whether the shard group's communicator pipelines unequal parts (NCCL on GPUs; Gloo's
+  // ring does not): with a plain ring a block's codes are used only where
+  // fp8_codes_gather_pays says so, as FSDP decides.
+  bool pipelined_gathers = true;
   // train.fp8_scaling = "delayed" (with train.matmul_dtype = "fp8"): every step's amax of
   // the blocks' FP8 inputs and gradients (8 floats a block) is all-reduced (max) over the world.
   bool fp8_delayed = false;

@@ -147,8 +147,9 @@ TEST(StepModel, UnitsAreTheLayoutsAndTheShardPlans) {
 using CallKey = std::tuple<std::string, std::string, size_t, int>;  // group, kind, count, dtype bytes
 class CountingComm final : public Comm {
  public:
-  CountingComm(std::string group, int world, std::map<CallKey, int>& calls)
-      : group_(std::move(group)), world_(world), calls_(calls) {}
+  CountingComm(std::string group, int world, std::map<CallKey, int>& calls, bool pipelined = true)
+      : group_(std::move(group)), world_(world), calls_(calls), pipelined_(pipelined) {}
+  bool pipelines_unequal_parts() const override { return pipelined_; }
   int rank() const override { return 0; }
   int world() const override { return world_; }
   void all_gather(Tensor recv, Tensor send, size_t n) override {
@@ -183,6 +184,7 @@ class CountingComm final : public Comm {
   std::string group_;
   int world_;
   std::map<CallKey, int>& calls_;
+  bool pipelined_;
 };
 
 // The collectives the model lists, keyed as CountingComm records them.
@@ -193,12 +195,31 @@ std::map<CallKey, int> modelled_calls(const StepModelInput& in) {
   return calls;
 }
 
+// dist.fp8_gather's rule: a communicator that pipelines unequal parts gains whenever the
+// codes are narrower; a plain ring only where the largest part before the codes and
+// the largest part of codes fit in one slice.
+TEST(StepModel, Fp8CodesPayWhereTheRingAllows) {
+  EXPECT_TRUE(fp8_codes_gather_pays(100, 20, 8, 2, true));
+  EXPECT_FALSE(fp8_codes_gather_pays(100, 20, 8, 1, true));      // codes no narrower
+  EXPECT_FALSE(fp8_codes_gather_pays(100, 100, 8, 2, true));     // no codes
+  // Qwen2.5-1.5B's block (5,510,144 elements before the MLP of 46,797,824) in bf16.
+  const size_t n = 46797824, from = 5510144;
+  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 2, 2, false));      // 11.0 + 17.9 < 46.8 MB
+  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 4, 2, false));      // 11.0 + 11.7 < 23.4 MB
+  EXPECT_FALSE(fp8_codes_gather_pays(n, from, 8, 2, false));     // 11.0 + 5.85 > 11.7 MB
+  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 8, 2, true));
+  // In f32 (the CPU): 22.0 + 11.7 < 46.8 MB at 4 ranks, 22.0 + 5.85 > 23.4 MB at 8.
+  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 4, 4, false));
+  EXPECT_FALSE(fp8_codes_gather_pays(n, from, 8, 4, false));
+}
+
 TEST(StepModel, CollectivesAreTheTrainersStep) {
   struct Case {
     int world, group;  // shard group 0 = every rank
     bool tied, reshard;
     int accum;
     std::string fp8 = "";  // "": bf16; else train.fp8_layers, with dist.fp8_gather (",cast": without)
+    bool ring = false;     // the shard group's comm a plain ring (Gloo's): codes only where they pay
   };
   const std::vector<Case> cases = {
       {1, 0, true, true, 1},  {2, 0, true, true, 1},   {2, 0, true, false, 2}, {2, 0, false, true, 2},
@@ -206,11 +227,14 @@ TEST(StepModel, CollectivesAreTheTrainersStep) {
       {4, 2, true, false, 2},  {2, 1, true, true, 1},  {6, 3, false, true, 1},
       {2, 0, true, true, 1, "gate_up,down"}, {4, 2, false, false, 2, "qkv,o,gate_up,down"},
       {3, 0, true, true, 2, "down"}, {2, 0, true, true, 1, "gate_up,down,cast"}, {4, 0, true, true, 1, "qkv,o"},
+      {2, 0, true, true, 1, "gate_up,down", true}, {4, 0, true, true, 1, "gate_up,down", true},
+      {8, 0, true, true, 1, "gate_up,down", true},
   };
   for (const Case& c : cases) {
     const std::string what = "world " + std::to_string(c.world) + ", shard group " + std::to_string(c.group) +
                              (c.tied ? ", tied" : ", untied") + (c.reshard ? ", reshard" : ", no reshard") +
-                             ", accum " + std::to_string(c.accum) + (c.fp8.empty() ? "" : ", fp8 " + c.fp8);
+                             ", accum " + std::to_string(c.accum) + (c.fp8.empty() ? "" : ", fp8 " + c.fp8) +
+                             (c.ring ? ", plain ring" : "");
     RunConfig cfg = testing::tiny_run(1, {.layers = 2, .hidden = 32, .intermediate = 48, .seq_len = 8, .micro_batch = 2});
     if (!c.fp8.empty()) {
       cfg.train.matmul_dtype = "fp8";
@@ -235,7 +259,7 @@ TEST(StepModel, CollectivesAreTheTrainersStep) {
     auto be = make_cpu_backend();
     ProcessGroups groups;
     groups.world = std::make_unique<CountingComm>("world", c.world, calls);
-    groups.shard = std::make_unique<CountingComm>("shard", G, calls);
+    groups.shard = std::make_unique<CountingComm>("shard", G, calls, !c.ring);
     if (G < c.world) groups.replicate = std::make_unique<CountingComm>("replicate", c.world / G, calls);
     Trainer trainer(cfg, *be, groups);
     calls.clear();  // set-up's collectives are not the step's
@@ -254,6 +278,7 @@ TEST(StepModel, CollectivesAreTheTrainersStep) {
     const StepModelInput from_config = step_model_input(cfg, c.world, 1);
     in.fp8_gather_numel = from_config.fp8_gather_numel;
     in.fp8_delayed = from_config.fp8_delayed;
+    in.pipelined_gathers = !c.ring;
     EXPECT_EQ(modelled_calls(in), calls) << what;
   }
 }

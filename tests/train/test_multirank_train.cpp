@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/model_config.h"
+#include "core/collective.h"
 #include "fsdp/shard_plan.h"
 #include "io/safetensors.h"
 #include "model/layout.h"
@@ -219,6 +220,8 @@ uint64_t fp8_gather_saving(int W) {
   for (int u = 0; u < layout.num_units(); ++u) {
     if (spans[u].empty()) continue;
     const size_t from = spans[u].front().offset;
+    // Gloo's ring takes the codes only where they pay (fp8_codes_gather_pays).
+    if (!st::fp8_codes_gather_pays(layout.unit(u).numel, from, W, 4, false)) continue;
     uint64_t with = 0;
     for (int q = 0; q < W; ++q) {
       if (q == 1 % W) continue;
@@ -233,10 +236,12 @@ uint64_t fp8_gather_saving(int W) {
 
 // dist.fp8_gather (on by default): the MLP's FP8 weights all-gathered as e4m3 codes that
 // each rank casts from its own part with the scale agreed from every rank's amax are
-// the codes each rank would cast from the gathered weights, so FSDP over 2 and 4 ranks
-// and HSDP 2x2 train the same curve bit for bit with and without it, the reductions
+// the codes each rank would cast from the gathered weights, so FSDP over 2 ranks and
+// HSDP 2x2 train the same curve bit for bit with and without it, the reductions
 // unchanged, while every step's all-gathers send exactly the bytes the shard plan says
-// fewer. Attention alone in FP8 has no FP8 tail: nothing changes.
+// fewer. Over 4 ranks Gloo's plain ring would wait on the first rank's large part (this
+// model's attention is a third of a block), so the rule keeps the f32 gather: the same
+// bytes. Attention alone in FP8 has no FP8 tail: nothing changes.
 TEST(MultiRankTraining, Fp8GatherChangesNoBitAndSendsTheMlpAsBytes) {
   const std::string fp8 = " --train.seed=13 --train.matmul_dtype=fp8";
   for (const auto& [nproc, extra, W] : {std::tuple{2, std::string(), 2}, std::tuple{4, std::string(), 4},
@@ -249,7 +254,7 @@ TEST(MultiRankTraining, Fp8GatherChangesNoBitAndSendsTheMlpAsBytes) {
     const auto x = records("fp8g_cast"), y = records("fp8g_codes");
     ASSERT_EQ(y.size(), 20u) << what;
     const uint64_t saving = fp8_gather_saving(W);
-    EXPECT_GT(saving, 0u);
+    EXPECT_EQ(saving > 0, W == 2) << what;
     for (const auto& [step, r] : x) {
       const uint64_t a = r["comm_all_gather_bytes"], b = y.at(step)["comm_all_gather_bytes"];
       EXPECT_EQ(a - b, saving) << what << " step " << step << ": " << a << " vs " << b;
