@@ -75,6 +75,16 @@ Fsdp::Fsdp(const ShardPlan& plan, Backend& backend, Comm& comm, Comm* replicate,
     }
   }
   if (fp8_slots_ == 0 || in_place()) return;
+  for (int u = 0; u < plan.num_units(); ++u) {
+    if (opt_.fp8_gather[u].empty()) continue;
+    const size_t from = fp8_from(u);
+    UnitState& s = units_[u];
+    for (int q = 0; q < comm.world(); ++q) {
+      const ElemRange v = plan.valid_range_of(u, q);
+      s.head_counts.push_back(v.begin < from ? std::min(v.end, from) - v.begin : 0);
+      s.tail_counts.push_back(v.size() - s.head_counts.back());
+    }
+  }
   fp8_amax_ = be_.alloc(DType::F32, fp8_slots_);
   fp8_inv_ = be_.alloc(DType::F32, 4 * fp8_slots_);
   fp8_hist_ = be_.alloc(DType::F32, fp8_slots_);
@@ -332,19 +342,13 @@ void Fsdp::start_gather(int u) {
   if (fp8_gathered(u)) {
     agree_fp8_scales();
     s.full = be_.alloc(opt_.compute_dtype, plan_.padded_numel(u));
-    const int W = comm_.world(), r = comm_.rank();
-    const size_t from = fp8_from(u);
-    std::vector<size_t> head(W), tail(W);  // each rank's part before the FP8 tail, and of it
-    for (int q = 0; q < W; ++q) {
-      const ElemRange v = plan_.valid_range_of(u, q);
-      head[q] = v.begin < from ? std::min(v.end, from) - v.begin : 0;
-      tail[q] = v.size() - head[q];
-    }
+    const int r = comm_.rank();
+    const size_t from = fp8_from(u), head = s.head_counts[r];
     const ElemRange mine = plan_.valid_range_of(u, r);
     const size_t base = plan_.range_of(u, r).begin;
     const Tensor src = compute_shard(s);
-    if (head[r]) be_.copy(s.full.slice(mine.begin, head[r]), src.slice(mine.begin - base, head[r]));
-    s.gathering = comm_.all_gather_v_async(s.full.slice(0, from), head);
+    if (head) be_.copy(s.full.slice(mine.begin, head), src.slice(mine.begin - base, head));
+    s.gathering = comm_.all_gather_v_async(s.full.slice(0, from), s.head_counts);
     // This rank's part of the tail, cast into its place among the codes.
     const Tensor codes = fp8_codes(s, u);
     const auto& spans = opt_.fp8_gather[u];
@@ -354,7 +358,7 @@ void Fsdp::start_gather(int u) {
         be_.fp8_quantize(codes.slice(a - from, b - a), Tensor{}, fp8_inv_.slice(4 * (fp8_slot_[u] + k), 1),
                          src.slice(a - base, b - a), 1, static_cast<int>(b - a), true);
     }
-    s.gathering_codes = comm_.all_gather_v_async(codes, tail);
+    s.gathering_codes = comm_.all_gather_v_async(codes, s.tail_counts);
     s.gather_pending = true;
     track_gathered();
     return;

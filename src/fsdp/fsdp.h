@@ -160,6 +160,9 @@ class Fsdp final : public ParamProvider {
     Tensor full_grad;               // (padded) f32, while this micro-batch accumulates
     CommWork gathering;             // the all-gather filling `full`, until acquired
     CommWork gathering_codes;       // dist.fp8_gather: the one of the FP8 weights' codes
+    // dist.fp8_gather: every rank's part of the unit before its FP8 tail and of the tail
+    // (the counts of the two all_gather_v calls; empty when the unit has no codes).
+    std::vector<size_t> head_counts, tail_counts;
     bool gather_pending = false;
     int refs = 0;
     std::vector<DecaySpan> spans;   // this rank's shard split by decay
@@ -188,7 +191,7 @@ class Fsdp final : public ParamProvider {
   void refresh_low(int u);               // low = master, after master changed other than by step()
 
   void start_gather(int u);
-  // dist.fp8_gather: where unit u's FP8 tail starts (numel when it has none); its codes
+  // dist.fp8_gather: whether unit u gathers codes; where its FP8 tail starts; its codes
   // inside the gathered buffer `full`, after the compute-dtype part (16-byte aligned);
   // the scales of every FP8 tail agreed across the shard group (once after each change
   // of the weights: collective, and every rank reaches it at the same gather).

@@ -183,6 +183,7 @@ std::vector<UnitTraffic> unit_traffic(const ModelConfig& m, int shard_group, boo
 
 std::vector<Collective> step_collectives(const StepModelInput& in) {
   std::vector<Collective> out;
+  size_t codes_blocks = 0;  // blocks whose MLP travels as FP8 codes
   const int A = in.grad_accum;
   if (in.world() > 1) {
     const std::vector<UnitTraffic> units = unit_traffic(in.model, in.shard_group(), in.reshard_after_forward, A);
@@ -202,6 +203,7 @@ std::vector<Collective> step_collectives(const StepModelInput& in) {
                          fp8_codes_gather_pays(u.numel, u.numel - std::min(in.fp8_gather_numel, u.numel),
                                                in.shard_group(), in.gather_dtype_bytes, in.pipelined_gathers);
       if (codes) {
+        ++codes_blocks;
         const size_t G = in.shard_group(), tail = std::min(in.fp8_gather_numel, u.numel);
         out.push_back({CollectiveKind::AllGather, CommGroup::Shard, u.name, (u.numel - tail + G - 1) / G,
                        in.gather_dtype_bytes, u.gathers, end ? forward_gathers : 0});
@@ -223,8 +225,6 @@ std::vector<Collective> step_collectives(const StepModelInput& in) {
     const size_t CF = static_cast<size_t>(in.model.hidden_size) * in.model.intermediate_size;
     // FSDP's FP8 weight scales, once a step (Fsdp::agree_fp8_scales), and delayed
     // scaling's amax (the trainer), max-reduced in f32: synchronous, so exposed.
-    size_t codes_blocks = 0;  // as above
-    for (const Collective& c : out) codes_blocks += c.what.size() > 4 && c.what.compare(c.what.size() - 4, 4, " fp8") == 0;
     if (codes_blocks > 0)
       out.push_back({CollectiveKind::AllReduce, CommGroup::Shard, "fp8_weight_scales",
                      codes_blocks * (in.fp8_gather_numel > CF ? 2 : 1), 4, 1, 1});

@@ -159,7 +159,8 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
   fo.state_dtype = cfg.optim.state_dtype == "bf16" ? DType::BF16 : DType::F32;
   fo.offload_state = cfg.train.offload != "none";
   fo.offload_master = cfg.train.offload == "optimizer+master";
-  if (cfg.dist.fp8_gather) fo.fp8_gather = Qwen2Model::fp8_gather_spans(*layout_, Fp8Options::from(cfg.train));
+  const Fp8Options fp8 = Fp8Options::from(cfg.train);
+  if (cfg.dist.fp8_gather) fo.fp8_gather = Qwen2Model::fp8_gather_spans(*layout_, fp8);
   // The inputs before the model's memory: bad data or a bad checkpoint is refused
   // before the shards and activations are allocated.
   data_ = make_token_source(cfg.data, cfg.model.vocab_size, cfg.train.seed, cfg.train.seq_len);
@@ -174,7 +175,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, ProcessGroups& groups,
   const int head_chunk = backend.device() == Device::CPU ? 0 : 4096;
   model_ = std::make_unique<Qwen2Model>(*layout_, be_, fo.compute_dtype, cfg.train.micro_batch, cfg.train.seq_len,
                                         head_chunk, parse_recompute(cfg.train.recompute),
-                                        Fp8Options::from(cfg.train));
+                                        fp8);
   base_workspace_ = be_.workspace_bytes();
   if (backend.device() != Device::CPU)
     attention_workspace_ = attention_workspace_bytes(cfg.model, cfg.train.micro_batch, cfg.train.seq_len);
