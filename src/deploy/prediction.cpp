@@ -103,13 +103,17 @@ ClusterPrediction predict_cluster(const ClusterSpec& spec) {
                                   "PCIe Gen4 x16 through host memory, about 40% of its 256 Gbit/s"};
   const LinkAssumption& expected = has_efa(cp) ? cp.efa : cp.tcp;
   const int file_group = spec.run.dist.shard_group_size;
-  cp.expected = predict_run(spec, cp, spec.gpu.count, file_group, expected, 4);
-  cp.fallback = predict_run(spec, cp, spec.gpu.count, file_group, cp.tcp, 4);
+  cp.reduce_dtype_bytes = spec.run.dist.reduce_dtype == "bf16" ? 2 : 4;
+  cp.expected_fp32 = predict_run(spec, cp, spec.gpu.count, file_group, expected, 4);
+  cp.fallback_fp32 = predict_run(spec, cp, spec.gpu.count, file_group, cp.tcp, 4);
   cp.expected_bf16 = predict_run(spec, cp, spec.gpu.count, file_group, expected, 2);
   cp.fallback_bf16 = predict_run(spec, cp, spec.gpu.count, file_group, cp.tcp, 2);
+  const bool bf16 = cp.reduce_dtype_bytes == 2;
+  cp.expected = bf16 ? cp.expected_bf16 : cp.expected_fp32;
+  cp.fallback = bf16 ? cp.fallback_bf16 : cp.fallback_fp32;
   for (int nodes : {1, 2, 4, 8})
-    cp.scaling.push_back({nodes, predict_run(spec, cp, nodes, 0, expected, 4),
-                          predict_run(spec, cp, nodes, spec.pod_gpus, expected, 4)});
+    cp.scaling.push_back({nodes, predict_run(spec, cp, nodes, 0, expected, cp.reduce_dtype_bytes),
+                          predict_run(spec, cp, nodes, spec.pod_gpus, expected, cp.reduce_dtype_bytes)});
   return cp;
 }
 
@@ -138,10 +142,13 @@ std::string prediction_text(const ClusterSpec& spec, const ClusterPrediction& cp
   if (has_efa(cp)) s += link_line(cp.efa, spec.gpu.instance_type);
   s += link_line(cp.tcp, spec.gpu.instance_type);
   s += link_line(cp.intra, spec.gpu.instance_type);
-  s += format("  on the wire: parameters all-gathered in %s%s, gradients reduce-scattered in fp32 (what the code does: "
+  const bool bf16_reduce = cp.reduce_dtype_bytes == 2;
+  const char* reduce = wire_dtype_name(cp.reduce_dtype_bytes);
+  s += format("  on the wire: parameters all-gathered in %s%s, gradients reduce-scattered in %s (dist.reduce_dtype; "
               "src/fsdp/fsdp.cpp); schedule %s\n",
               wire_dtype_name(in.gather_dtype_bytes),
-              in.fp8_gather_numel ? " (the MLP's FP8 weights as e4m3, dist.fp8_gather)" : "", schedule_name(in.schedule));
+              in.fp8_gather_numel ? " (the MLP's FP8 weights as e4m3, dist.fp8_gather)" : "", reduce,
+              schedule_name(in.schedule));
   s += format("  %-12s %8s %8s %13s %17s %13s %18s\n", "fabric", "step s", "steps/s", "tokens/s/GPU",
               "tokens/s cluster", "inter-node s", "GB/node each way");
   if (has_efa(cp)) s += row("EFA", cp.expected);
@@ -151,11 +158,13 @@ std::string prediction_text(const ClusterSpec& spec, const ClusterPrediction& cp
                 "steps/s)\n",
                 cp.expected.p.steps_per_s / cp.fallback.p.steps_per_s, kRecipeEfaStepsPerS / kRecipeTcpStepsPerS,
                 kRecipeEfaStepsPerS, kRecipeTcpStepsPerS);
-    s += format("  with bf16 gradients (not what the code does): EFA %.3f s (%.3f steps/s), TCP %.3f s (%.3f steps/s), "
-                "%.2fx; %.2f GB/node each way\n",
-                cp.expected_bf16.p.step_s, cp.expected_bf16.p.steps_per_s, cp.fallback_bf16.p.step_s,
-                cp.fallback_bf16.p.steps_per_s, cp.expected_bf16.p.steps_per_s / cp.fallback_bf16.p.steps_per_s,
-                cp.expected_bf16.p.inter_node_bytes_per_node / 1e9);
+    const PredictedRun& oe = bf16_reduce ? cp.expected_fp32 : cp.expected_bf16;
+    const PredictedRun& of = bf16_reduce ? cp.fallback_fp32 : cp.fallback_bf16;
+    s += format("  with %s gradients (dist.reduce_dtype = \"%s\"; not this run's): EFA %.3f s (%.3f steps/s), TCP %.3f "
+                "s (%.3f steps/s), %.2fx; %.2f GB/node each way\n",
+                wire_dtype_name(oe.in.reduce_dtype_bytes), wire_dtype_name(oe.in.reduce_dtype_bytes), oe.p.step_s,
+                oe.p.steps_per_s, of.p.step_s, of.p.steps_per_s, oe.p.steps_per_s / of.p.steps_per_s,
+                oe.p.inter_node_bytes_per_node / 1e9);
     if (recipe_shape(spec)) {
       // Both runs communication-bound: steps/s is the link's rate over the bytes, and
       // the ratio the two rates' ratio.
@@ -163,16 +172,16 @@ std::string prediction_text(const ClusterSpec& spec, const ClusterPrediction& cp
       s += format("  the gap to %.2fx: both runs are bound by the link, so the ratio is the rates' (%g%% / %g%%); "
                   "%.2fx puts sockets at %.0f%% of the line if EFA is at %g%%\n",
                   measured, 100 * kEfaShare, 100 * kTcpShare, measured, 100 * kEfaShare / measured, 100 * kEfaShare);
-      const double needed = cp.expected.p.inter_node_bytes_per_node * 8 * kRecipeEfaStepsPerS / 1e9;
+      const double needed = cp.expected_fp32.p.inter_node_bytes_per_node * 8 * kRecipeEfaStepsPerS / 1e9;
       s += format("  the gap to %.4f steps/s over EFA: with fp32 gradients that would need %.1f Gbit/s through a %g "
                   "Gbit/s link; with bf16 gradients the model gives %.3f (%+.1f%%): the recipe's run moved less than "
-                  "the code does, or had more than %g Gbit/s (docs/scaleout.md)\n",
+                  "fp32 gradients do, or had more than %g Gbit/s (docs/scaleout.md)\n",
                   kRecipeEfaStepsPerS, needed, cp.efa.line_gbps, cp.expected_bf16.p.steps_per_s,
                   100 * (cp.expected_bf16.p.steps_per_s / kRecipeEfaStepsPerS - 1), cp.efa.line_gbps);
     }
   }
-  s += format("  scaling over %s, fp32 gradients (HSDP: shard within a node, replicate across nodes):\n",
-              has_efa(cp) ? "EFA" : "TCP sockets");
+  s += format("  scaling over %s, %s gradients (HSDP: shard within a node, replicate across nodes):\n",
+              has_efa(cp) ? "EFA" : "TCP sockets", reduce);
   s += format("  %-9s %-13s %8s %13s %17s %17s\n", "nodes", "strategy", "step s", "tokens/s/GPU", "tokens/s cluster",
               "GB/node each way");
   for (const ClusterPrediction::Scaling& r : cp.scaling)
@@ -207,6 +216,8 @@ nlohmann::json prediction_json(const ClusterPrediction& cp) {
                       {"expected_fabric", has_efa(cp) ? "efa" : "tcp"},
                       {"links", {{"tcp", link(cp.tcp)}, {"intra", link(cp.intra)}}},
                       {"tcp", step_prediction_json(cp.fallback.in, cp.fallback.p, cp.compute)},
+                      {"reduce_dtype", wire_dtype_name(cp.reduce_dtype_bytes)},
+                      {"tcp_fp32_reduce", step_prediction_json(cp.fallback_fp32.in, cp.fallback_fp32.p, cp.compute)},
                       {"tcp_bf16_reduce", step_prediction_json(cp.fallback_bf16.in, cp.fallback_bf16.p, cp.compute)},
                       {"recipe_measured",
                        {{"efa_steps_per_s", kRecipeEfaStepsPerS},
@@ -215,8 +226,10 @@ nlohmann::json prediction_json(const ClusterPrediction& cp) {
   if (has_efa(cp)) {
     j["links"]["efa"] = link(cp.efa);
     j["efa"] = step_prediction_json(cp.expected.in, cp.expected.p, cp.compute);
+    j["efa_fp32_reduce"] = step_prediction_json(cp.expected_fp32.in, cp.expected_fp32.p, cp.compute);
     j["efa_bf16_reduce"] = step_prediction_json(cp.expected_bf16.in, cp.expected_bf16.p, cp.compute);
     j["efa_over_tcp"] = cp.expected.p.steps_per_s / cp.fallback.p.steps_per_s;
+    j["efa_over_tcp_fp32_reduce"] = cp.expected_fp32.p.steps_per_s / cp.fallback_fp32.p.steps_per_s;
     j["efa_over_tcp_bf16_reduce"] = cp.expected_bf16.p.steps_per_s / cp.fallback_bf16.p.steps_per_s;
   }
   j["scaling"] = nlohmann::json::array();

@@ -1,8 +1,8 @@
 // What `deploy plan` predicts for a cluster file, from the step-time model
 // (stepmodel/step_model.h): the step time and tokens/s of the file's run on its GPU
 // nodes over the expected fabric (EFA where the node group has it) and over the TCP
-// fallback, their ratio beside the recipe's measured one, the same with bf16
-// gradients, a scaling table over 1, 2, 4 and 8 nodes, and HSDP against full shard.
+// fallback, their ratio beside the recipe's measured one, the same with the other
+// gradient dtype (dist.reduce_dtype fp32 or bf16), a scaling table over 1, 2, 4 and 8 nodes, and HSDP against full shard.
 // Every assumption (link rates as shares of the instance's network bandwidth, the
 // GPU's peak and MFU, latencies) is a named constant with its source, printed with
 // the numbers; docs/scaleout.md explains them and the gap to the recipe.
@@ -37,13 +37,15 @@ struct ClusterPrediction {
   ComputeBasis compute;                // the GPU's peak and the MFU assumed
   std::string gpu_source;              // where the peak comes from
   LinkAssumption efa, tcp, intra;      // efa.gbps == 0: the node group has no EFA
+  int reduce_dtype_bytes = 4;          // the file's dist.reduce_dtype: 4 (fp32) or 2 (bf16)
   PredictedRun expected, fallback;     // the file's run over EFA (or TCP without EFA), and over TCP
-  PredictedRun expected_bf16, fallback_bf16;  // the same with gradients reduced in bf16
+  PredictedRun expected_fp32, fallback_fp32;  // the same with gradients reduced in fp32
+  PredictedRun expected_bf16, fallback_bf16;  // and in bf16 (one pair equals expected, fallback)
   struct Scaling {
     int nodes = 0;
     PredictedRun full_shard, hsdp;     // hsdp: shard groups of one node, replicated across nodes
   };
-  std::vector<Scaling> scaling;        // 1, 2, 4, 8 nodes over the expected fabric
+  std::vector<Scaling> scaling;        // 1, 2, 4, 8 nodes over the expected fabric, the file's reduce dtype
 };
 
 // The recipe's measured steps/s (EFA, TCP) that the ratio is printed beside.

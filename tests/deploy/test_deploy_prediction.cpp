@@ -64,17 +64,52 @@ TEST(DeployPrediction, TheRecipe) {
         "NVIDIA L4 at 121 TFLOP/s dense bf16", "x 45% MFU: compute 1.473 s",
         "assumed EFA: 32 Gbit/s each way (80% of the g6.12xlarge's 40 Gbit/s", "aws/aws-ofi-nccl#19",
         "assumed TCP sockets: 16 Gbit/s each way (40% of the g6.12xlarge's 40 Gbit/s", "NVIDIA/nccl#209",
-        "gradients reduce-scattered in fp32 (what the code does", "EFA / TCP: 2.00x",
-        "measured 2.06x (0.5173 vs 0.2513 steps/s)", "with bf16 gradients", "would need 43.0 Gbit/s", "8 x 4     HSDP"})
+        "gradients reduce-scattered in fp32 (dist.reduce_dtype", "EFA / TCP: 2.00x",
+        "measured 2.06x (0.5173 vs 0.2513 steps/s)", "with bf16 gradients (dist.reduce_dtype = \"bf16\"; not this run's)",
+        "would need 43.0 Gbit/s", "scaling over EFA, fp32 gradients", "8 x 4     HSDP"})
     EXPECT_TRUE(has(text, part)) << part << "\n" << text;
   const nlohmann::json j = prediction_json(cp);
   EXPECT_EQ(j["expected_fabric"], "efa");
   EXPECT_EQ(j["efa"]["reduce_dtype"], "fp32");
+  EXPECT_EQ(j["reduce_dtype"], "fp32");
   EXPECT_EQ(j["efa_bf16_reduce"]["reduce_dtype"], "bf16");
+  EXPECT_EQ(j["efa_fp32_reduce"]["reduce_dtype"], "fp32");
   EXPECT_DOUBLE_EQ(j["efa"]["step_s"].get<double>(), cp.expected.p.step_s);
   EXPECT_NEAR(j["efa_over_tcp"].get<double>(), 2.0, 0.02);
   EXPECT_NEAR(j["recipe_measured"]["efa_over_tcp"].get<double>(), 2.058, 0.001);
   EXPECT_EQ(j["scaling"].size(), 4u);
+}
+
+// A file that reduces in bf16 (dist.reduce_dtype): its own rows, the scaling table and
+// the text say bf16; the other line is fp32's. The recipe's gap is still fp32 against
+// bf16, whatever the file says.
+TEST(DeployPrediction, FollowsTheFilesReduceDtype) {
+  const ClusterSpec fp32 = load_cluster_file(kRecipe.string());
+  ClusterSpec spec = fp32;
+  spec.run.dist.reduce_dtype = "bf16";
+  const ClusterPrediction a = predict_cluster(fp32), cp = predict_cluster(spec);
+  ASSERT_TRUE(cp.skipped.empty()) << cp.skipped;
+  EXPECT_EQ(cp.reduce_dtype_bytes, 2);
+  EXPECT_EQ(cp.expected.in.reduce_dtype_bytes, 2);
+  EXPECT_EQ(cp.fallback.in.reduce_dtype_bytes, 2);
+  EXPECT_NEAR(cp.expected.p.inter_node_bytes_per_node / 1e9, 7.70, 0.005);
+  EXPECT_DOUBLE_EQ(cp.expected.p.step_s, a.expected_bf16.p.step_s);
+  EXPECT_DOUBLE_EQ(cp.expected_fp32.p.step_s, a.expected.p.step_s);
+  for (const ClusterPrediction::Scaling& r : cp.scaling) {
+    EXPECT_EQ(r.full_shard.in.reduce_dtype_bytes, 2) << r.nodes;
+    EXPECT_EQ(r.hsdp.in.reduce_dtype_bytes, 2) << r.nodes;
+  }
+  EXPECT_LT(cp.scaling[1].full_shard.p.step_s, a.scaling[1].full_shard.p.step_s);
+  const std::string text = prediction_text(spec, cp);
+  for (const char* part : {"gradients reduce-scattered in bf16 (dist.reduce_dtype",
+                           "with fp32 gradients (dist.reduce_dtype = \"fp32\"; not this run's)",
+                           "with fp32 gradients that would need 43.0 Gbit/s", "scaling over EFA, bf16 gradients"})
+    EXPECT_TRUE(has(text, part)) << part << "\n" << text;
+  EXPECT_FALSE(has(text, "reduce-scattered in fp32")) << text;
+  const nlohmann::json j = prediction_json(cp);
+  EXPECT_EQ(j["reduce_dtype"], "bf16");
+  EXPECT_EQ(j["efa"]["reduce_dtype"], "bf16");
+  EXPECT_DOUBLE_EQ(j["efa_over_tcp"].get<double>(), j["efa_over_tcp_bf16_reduce"].get<double>());
 }
 
 TEST(DeployPrediction, WithoutEfaOnlyTcp) {
