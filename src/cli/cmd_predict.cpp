@@ -83,7 +83,7 @@ void print_table(const StepModelInput& in, const StepPrediction& p, const Comput
   std::printf("per rank per step  %10s %14s %14s\n", "seconds", "intra-node MB", "inter-node MB");
   for (const auto& k : kinds)
     std::printf("  %-16s %10.4f %14.3f %14.3f\n", k.name, k.seconds, k.bytes.intra / MB, k.bytes.inter / MB);
-  std::printf("(bytes sent, as many received; mean over the ranks)\n");
+  std::printf("(bytes sent, as many received; mean over the ranks, but the busiest rank's where a gather's parts are unequal)\n");
   std::printf("one node's network link: %.3f MB each way per step; %d collectives per step\n",
               p.inter_node_bytes_per_node / MB, p.collectives_per_step);
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <vector>
 
 namespace st {
 
@@ -15,27 +16,42 @@ inline const char* collective_name(CollectiveKind k) {
   return names[static_cast<int>(k)];
 }
 
-// Whether gathering a unit of n elements, cut into G equal slices (the last padded),
-// with its elements from `from` on as one-byte FP8 codes and the rest in es-byte
-// elements (two all-gathers of unequal parts) takes the link less long than gathering
-// it all in es bytes (dist.fp8_gather). A communicator that pipelines unequal parts
-// (NCCL: a broadcast from each rank, cut into chunks along the ring) moves fewer bytes
-// whenever es > 1. A plain ring (Gloo) waits at every step for its largest chunk, and
-// the part before the codes sits in the first ranks' slices: there it pays only if the
-// largest part before the codes (es bytes an element) and the largest part of codes
-// together are below one slice in es bytes.
+// dist.fp8_gather's byte layout of a gathered unit of n elements whose elements from
+// `from` on travel as one-byte FP8 codes and the rest as es-byte elements: the es-byte
+// part at byte 0, then the codes from the first 16-byte boundary after it. Element
+// boundary i sits at byte fp8_gather_byte(i): every rank's slice [b, e) of the unit is
+// then one run of bytes [byte(b), byte(e)), the runs back to back in rank order (the
+// rank whose slice reaches `from` carries the alignment gap), so one all-gather of
+// unequal parts moves the whole unit.
+inline size_t fp8_gather_codes_at(size_t from, size_t es) { return (from * es + 15) / 16 * 16; }
+inline size_t fp8_gather_byte(size_t i, size_t from, size_t es) {
+  return i < from ? i * es : fp8_gather_codes_at(from, es) + (i - from);
+}
+
+// Each of G ranks' part, in bytes, of that all-gather, the unit cut into G equal
+// slices (the last short or empty, as the shard plan cuts it).
+inline std::vector<size_t> fp8_gather_part_bytes(size_t n, size_t from, int G, size_t es) {
+  const size_t g = static_cast<size_t>(std::max(G, 1)), slice = (n + g - 1) / g;
+  std::vector<size_t> parts(g);
+  for (size_t q = 0; q < g; ++q) {
+    const size_t b = std::min(q * slice, n), e = std::min(b + slice, n);
+    parts[q] = b == e ? 0 : fp8_gather_byte(e, from, es) - fp8_gather_byte(b, from, es);
+  }
+  return parts;
+}
+
+// Whether that all-gather takes the link less long than gathering the unit all in es
+// bytes. A communicator that pipelines unequal parts (NCCL: a broadcast from each rank,
+// cut into chunks along the ring) is bound by the bytes its busiest link carries, every
+// part but the smallest: fewer whenever es > 1. A plain ring (Gloo) waits at every
+// step for the largest part, and the part before the codes sits in the first ranks'
+// slices: there it pays only if the largest part is below one slice in es bytes.
 inline bool fp8_codes_gather_pays(size_t n, size_t from, int G, size_t es, bool pipelined) {
   if (from >= n || G < 1) return false;
   if (pipelined) return es > 1;
-  const size_t g = static_cast<size_t>(G), slice = (n + g - 1) / g;
-  size_t head = 0, tail = 0;
-  for (size_t q = 0; q < g; ++q) {
-    const size_t b = std::min(q * slice, n), e = std::min(b + slice, n);
-    const size_t h = b < from ? std::min(e, from) - b : 0;
-    head = std::max(head, h);
-    tail = std::max(tail, e - b - h);
-  }
-  return head * es + tail < slice * es;
+  const size_t slice = (n + static_cast<size_t>(G) - 1) / static_cast<size_t>(G);
+  const std::vector<size_t> parts = fp8_gather_part_bytes(n, from, G, es);
+  return *std::max_element(parts.begin(), parts.end()) < slice * es;
 }
 
 }  // namespace st

@@ -66,7 +66,7 @@ Fsdp::Fsdp(const ShardPlan& plan, Backend& backend, Comm& comm, Comm* replicate,
     }
     const size_t es = dtype_size(opt_.compute_dtype), n = plan.numel(u);
     ST_CHECK(at == n, "dist.fp8_gather: unit '", layout_.unit(u).name, "': its FP8 weights do not end it");
-    ST_CHECK((spans.front().offset * es + 15) / 16 * 16 + (n - spans.front().offset) <= plan.padded_numel(u) * es,
+    ST_CHECK(fp8_gather_byte(n, spans.front().offset, es) <= plan.padded_numel(u) * es,
              "dist.fp8_gather: unit '", layout_.unit(u).name, "': no room for its FP8 codes");
     if (!opt_.fp8_gather_always &&
         !fp8_codes_gather_pays(n, spans.front().offset, comm.world(), es, comm.pipelines_unequal_parts())) {
@@ -77,12 +77,11 @@ Fsdp::Fsdp(const ShardPlan& plan, Backend& backend, Comm& comm, Comm* replicate,
   if (fp8_slots_ == 0 || in_place()) return;
   for (int u = 0; u < plan.num_units(); ++u) {
     if (opt_.fp8_gather[u].empty()) continue;
-    const size_t from = fp8_from(u);
+    const size_t from = fp8_from(u), es = dtype_size(opt_.compute_dtype);
     UnitState& s = units_[u];
     for (int q = 0; q < comm.world(); ++q) {
       const ElemRange v = plan.valid_range_of(u, q);
-      s.head_counts.push_back(v.begin < from ? std::min(v.end, from) - v.begin : 0);
-      s.tail_counts.push_back(v.size() - s.head_counts.back());
+      s.part_bytes.push_back(v.empty() ? 0 : fp8_gather_byte(v.end, from, es) - fp8_gather_byte(v.begin, from, es));
     }
   }
   fp8_amax_ = be_.alloc(DType::F32, fp8_slots_);
@@ -95,8 +94,9 @@ Fsdp::Fsdp(const ShardPlan& plan, Backend& backend, Comm& comm, Comm* replicate,
 }
 
 Tensor Fsdp::fp8_codes(const UnitState& s, int u) const {
-  const size_t from = fp8_from(u), at = (from * dtype_size(opt_.compute_dtype) + 15) / 16 * 16;
-  return Tensor{static_cast<char*>(s.full.data) + at, DType::F8E4M3, plan_.numel(u) - from};
+  const size_t from = fp8_from(u);
+  return Tensor{static_cast<char*>(s.full.data) + fp8_gather_codes_at(from, dtype_size(opt_.compute_dtype)),
+                DType::F8E4M3, plan_.numel(u) - from};
 }
 
 // Each rank's amax of its part of every FP8 tail weight (one pass that also casts, into
@@ -343,13 +343,16 @@ void Fsdp::start_gather(int u) {
     agree_fp8_scales();
     s.full = be_.alloc(opt_.compute_dtype, plan_.padded_numel(u));
     const int r = comm_.rank();
-    const size_t from = fp8_from(u), head = s.head_counts[r];
+    const size_t from = fp8_from(u);
     const ElemRange mine = plan_.valid_range_of(u, r);
     const size_t base = plan_.range_of(u, r).begin;
     const Tensor src = compute_shard(s);
-    if (head) be_.copy(s.full.slice(mine.begin, head), src.slice(mine.begin - base, head));
-    s.gathering = comm_.all_gather_v_async(s.full.slice(0, from), s.head_counts);
-    // This rank's part of the tail, cast into its place among the codes.
+    // This rank's part before the tail, as it is, then its part of the tail cast into
+    // its place among the codes: one run of bytes (fp8_gather_byte), gathered at once.
+    if (mine.begin < from) {
+      const size_t head = std::min(mine.end, from) - mine.begin;
+      be_.copy(s.full.slice(mine.begin, head), src.slice(mine.begin - base, head));
+    }
     const Tensor codes = fp8_codes(s, u);
     const auto& spans = opt_.fp8_gather[u];
     for (size_t k = 0; k < spans.size(); ++k) {
@@ -358,7 +361,9 @@ void Fsdp::start_gather(int u) {
         be_.fp8_quantize(codes.slice(a - from, b - a), Tensor{}, fp8_inv_.slice(4 * (fp8_slot_[u] + k), 1),
                          src.slice(a - base, b - a), 1, static_cast<int>(b - a), true);
     }
-    s.gathering_codes = comm_.all_gather_v_async(codes, s.tail_counts);
+    size_t total = 0;
+    for (size_t c : s.part_bytes) total += c;
+    s.gathering = comm_.all_gather_v_async(Tensor{s.full.data, DType::F8E4M3, total}, s.part_bytes);
     s.gather_pending = true;
     track_gathered();
     return;
@@ -380,7 +385,6 @@ void Fsdp::drop_full(UnitState& s) {
   if (s.gather_pending) {
     s.gather_pending = false;
     comm_.wait(s.gathering);  // a prefetch nobody acquired: its collective still writes here
-    comm_.wait(s.gathering_codes);
   }
   be_.free(s.full);
 }
@@ -392,7 +396,6 @@ Tensor Fsdp::acquire(int u, Pass) {
     ST_NVTX_RANGE("wait all-gather", layout_.unit(u).name);
     s.gather_pending = false;
     comm_.wait(s.gathering);
-    comm_.wait(s.gathering_codes);
   }
   ++s.refs;
   return s.full;

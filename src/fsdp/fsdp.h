@@ -159,10 +159,10 @@ class Fsdp final : public ParamProvider {
     Tensor full;                    // (padded) compute dtype, while gathered
     Tensor full_grad;               // (padded) f32, while this micro-batch accumulates
     CommWork gathering;             // the all-gather filling `full`, until acquired
-    CommWork gathering_codes;       // dist.fp8_gather: the one of the FP8 weights' codes
-    // dist.fp8_gather: every rank's part of the unit before its FP8 tail and of the tail
-    // (the counts of the two all_gather_v calls; empty when the unit has no codes).
-    std::vector<size_t> head_counts, tail_counts;
+    // dist.fp8_gather: every rank's part of the gathered bytes (its slice before the FP8
+    // tail in the compute dtype, of the tail as codes: fp8_gather_part_bytes), the counts
+    // of the one all_gather_v; empty when the unit has no codes.
+    std::vector<size_t> part_bytes;
     bool gather_pending = false;
     int refs = 0;
     std::vector<DecaySpan> spans;   // this rank's shard split by decay

@@ -116,11 +116,16 @@ struct Collective {
   int dtype_bytes = 4;
   int times = 0;           // calls per step
   int exposed_times = 0;   // of those, the ones the prefetch schedule cannot hide
+  // An all-gather of unequal parts (Comm::all_gather_v; count is then the mean part,
+  // rounded up, as the communicators' byte counts take it): every part together, the
+  // smallest and the largest. 0: every part is `count`. The busiest rank sends all but
+  // the smallest; a plain ring waits at each step for the largest.
+  size_t total = 0, smallest = 0, largest = 0;
 };
 
-// Every collective of a step: the units' (unit_traffic; a block with FP8 codes as two
-// all-gathers, the part in the gather dtype and the codes, each at its share of the
-// shard, as the all-gather of unequal parts moves them, and the FP8 weights' scales
+// Every collective of a step: the units' (unit_traffic; a block with FP8 codes as one
+// all-gather of unequal parts in bytes, each rank's slice of the part in the gather
+// dtype and of the codes, fp8_gather_part_bytes, and the FP8 weights' scales
 // agreed over the shard group; delayed FP8 scaling's amax over the world) and the three scalar sums
 // inside a step's timing (the global count of valid targets and the loss over the
 // world, the squared gradient norm over the shard group). A world of one rank

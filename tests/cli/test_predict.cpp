@@ -90,10 +90,14 @@ TEST(PredictCli, Fp8ShortensTheComputeOnGpusThatHaveIt) {
   EXPECT_EQ(fp8["fp8_layer_speedup"], kFp8LayerSpeedup);
   EXPECT_NEAR(fp8["compute_s"].get<double>() / bf16["compute_s"].get<double>(), 1 / 1.2671, 0.0005);
   // The bytes on the wire: the MLP's weights gathered as one-byte codes (dist.fp8_gather)
-  // instead of bf16, one byte fewer for each of 28 x 3 x 1536 x 8960 elements, 7/8 of
-  // them through the ring of 8, twice a step; without the gather the same as bf16.
+  // instead of bf16. Twice a step per block, the busiest rank of the ring of 8 sends 7
+  // slices of 5,849,728 bf16 elements without them, and with them every part but the
+  // smallest (a slice of codes): 5,510,144 elements before the MLP in bf16 and
+  // 3 x 1536 x 8960 codes; the FP8 weights' scales and delayed scaling's amax (2 + 8
+  // floats a block) are all-reduced. Without the gather the same as bf16.
   const double saved = bf16["inter_node_bytes_per_node"].get<double>() - fp8["inter_node_bytes_per_node"].get<double>();
-  EXPECT_NEAR(saved, 28.0 * 3 * 1536 * 8960 * 7 / 8 * 2, 1e6);
+  const double slice = 5849728, head = 5510144, mlp = 3.0 * 1536 * 8960;
+  EXPECT_DOUBLE_EQ(saved, 28 * 2 * (7 * 2 * slice - (2 * head + mlp - slice)) - 2 * 7 / 8.0 * 28 * (2 + 8) * 4);
   EXPECT_EQ(fp8["fp8_gather_numel_per_block"], 3 * 1536 * 8960);
   // (beside delayed scaling's amax all-reduce, 8 floats a block: 1,568 bytes here)
   EXPECT_EQ(predict_json(cluster + "H100 --train.matmul_dtype=fp8 --dist.fp8_gather=false")["inter_node_bytes_per_node"]

@@ -140,10 +140,15 @@ TEST(DeployPrediction, Fp8ShortensTheComputeAndTheGathers) {
   EXPECT_NEAR(cp.compute.fp8_share, 0.7085, 0.0001);
   EXPECT_NEAR(cp.expected.p.compute_s, a.expected.p.compute_s * fp8_compute_factor(cp.compute.fp8_share), 1e-9);
   EXPECT_NEAR(cp.expected.p.compute_s, 1.163, 0.001);
-  // One byte fewer for each of 28 x 3 x 1536 x 8960 MLP elements, 7/8 of them through the
-  // ring of 8, twice a step (forward and backward gathers).
-  EXPECT_NEAR(a.expected.p.inter_node_bytes_per_node - cp.expected.p.inter_node_bytes_per_node,
-              28.0 * 3 * 1536 * 8960 * 7 / 8 * 2, 1e6);
+  // Each block's gather (twice a step, forward and backward) through the ring of 8: in
+  // bf16 the busiest rank sends 7 slices of 5,849,728 elements; with the codes every part
+  // but the smallest: the block's 5,510,144 elements before the MLP in bf16 and its
+  // 41,287,680 MLP elements as bytes, less one rank's slice of codes (the first rank's
+  // part, the largest, holds all the bf16 and 339,584 codes); and the FP8 weights'
+  // scales (2 floats a block) and delayed scaling's amax (8) are all-reduced.
+  const double slice = 5849728, head = 5510144, mlp = 3.0 * 1536 * 8960;
+  EXPECT_DOUBLE_EQ(a.expected.p.inter_node_bytes_per_node - cp.expected.p.inter_node_bytes_per_node,
+                   28 * 2 * (7 * 2 * slice - (2 * head + mlp - slice)) - 2 * 7 / 8.0 * 28 * (2 + 8) * 4);
   EXPECT_NEAR(cp.expected.p.step_s / a.expected.p.step_s,
               cp.expected.p.inter_node_bytes_per_node / a.expected.p.inter_node_bytes_per_node, 0.01);  // link-bound
   ClusterSpec cast = spec;

@@ -408,6 +408,56 @@ TEST(Fsdp, Fp8GatherChangesNoBitAtOneRankAndThree) {
   for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// A tail of FP8 weights that starts off a 16-byte boundary (real models' blocks never
+// do; here the down projection less its first element, one FP8 weight): the codes
+// start after a gap that the rank whose slice reaches them carries in its part, and
+// three ranks gather the bytes one rank does: the part before the codes and the codes.
+std::pair<std::vector<float>, std::vector<uint8_t>> gathered_with_gap(Backend& be, Comm& comm) {
+  const ParamLayout layout(cfg());
+  const ShardPlan plan(layout, comm.world());
+  const int u = layout.layer_unit(0);
+  const size_t n = layout.unit(u).numel, from = layout.block().down_w + 1;
+  ST_CHECK(from * 4 % 16 != 0 && from + 1 < n, "the tail must start off a 16-byte boundary");
+  FsdpOptions o;
+  o.in_place_when_alone = false;
+  o.fp8_gather.assign(layout.num_units(), {});
+  o.fp8_gather[u] = {Fp8Span{from, n - from}};
+  o.fp8_gather_always = true;
+  Fsdp f(plan, be, comm, nullptr, o);
+  ST_CHECK(f.fp8_gathers(), "no codes gathered");
+  f.init_weights(33);
+  const Tensor full = f.acquire(u, Pass::Forward);
+  const Fp8Weights w = f.fp8_weights(u);
+  ST_CHECK(w.from == from && w.codes.numel == n - from, "fp8_weights: from ", w.from, ", ", w.codes.numel, " codes");
+  std::vector<float> head(from);
+  std::vector<uint8_t> codes(n - from);
+  be.download(head.data(), full.slice(0, from));
+  be.download(codes.data(), w.codes);
+  f.release(u, Pass::Forward);
+  return {head, codes};
+}
+
+TEST(Fsdp, Fp8CodesAfterAGapGatherAsOneRankHasThem) {
+  auto be = make_cpu_backend();
+  auto single = make_single_comm(*be);
+  const auto [head, codes] = gathered_with_gap(*be, *single);
+  size_t nonzero = 0;
+  for (uint8_t c : codes) nonzero += c != 0;
+  ASSERT_GT(nonzero, codes.size() / 2);
+  const int world = 3, port = test::free_port();
+  const auto errors = test::run_ranks(world, [&](int rank) {
+    auto rbe = make_cpu_backend();
+    auto store = std::make_shared<TcpStore>("127.0.0.1", port, rank, world, 30);
+    auto shard = make_gloo_comm(store, "shard", rank, world, 30, nullptr, -1, {}, /*overlap=*/true);
+    const auto [h, c] = gathered_with_gap(*rbe, *shard);
+    ST_CHECK(h == head, "rank ", rank, ": the part before the codes differs");
+    size_t differ = 0;
+    for (size_t i = 0; i < c.size(); ++i) differ += c[i] != codes[i];
+    ST_CHECK(differ == 0, "rank ", rank, ": ", differ, " of ", c.size(), " codes differ");
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
 // The same on the GPU (bf16 weights, the CUDA casts and byte transpose, cuBLASLt's FP8
 // GEMMs), at one rank through the gathering path.
 TEST(CudaFsdp, Fp8GatherChangesNoBit) {

@@ -196,21 +196,70 @@ std::map<CallKey, int> modelled_calls(const StepModelInput& in) {
 }
 
 // dist.fp8_gather's rule: a communicator that pipelines unequal parts gains whenever the
-// codes are narrower; a plain ring only where the largest part before the codes and
-// the largest part of codes fit in one slice.
+// codes are narrower; a plain ring only where the largest part (a rank's slice before
+// the codes in the compute dtype, and of the codes, one run of bytes) is below one slice
+// in the compute dtype.
 TEST(StepModel, Fp8CodesPayWhereTheRingAllows) {
   EXPECT_TRUE(fp8_codes_gather_pays(100, 20, 8, 2, true));
   EXPECT_FALSE(fp8_codes_gather_pays(100, 20, 8, 1, true));      // codes no narrower
   EXPECT_FALSE(fp8_codes_gather_pays(100, 100, 8, 2, true));     // no codes
   // Qwen2.5-1.5B's block (5,510,144 elements before the MLP of 46,797,824) in bf16.
   const size_t n = 46797824, from = 5510144;
-  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 2, 2, false));      // 11.0 + 17.9 < 46.8 MB
-  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 4, 2, false));      // 11.0 + 11.7 < 23.4 MB
-  EXPECT_FALSE(fp8_codes_gather_pays(n, from, 8, 2, false));     // 11.0 + 5.85 > 11.7 MB
-  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 8, 2, true));
-  // In f32 (the CPU): 22.0 + 11.7 < 46.8 MB at 4 ranks, 22.0 + 5.85 > 23.4 MB at 8.
-  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 4, 4, false));
-  EXPECT_FALSE(fp8_codes_gather_pays(n, from, 8, 4, false));
+  EXPECT_EQ(fp8_gather_codes_at(from, 2), 2 * from);             // already 16-byte aligned
+  EXPECT_EQ(fp8_gather_codes_at(3, 2), 16u);
+  EXPECT_EQ(fp8_gather_byte(3, 3, 2), 16u);
+  EXPECT_EQ(fp8_gather_byte(5, 3, 2), 18u);
+  const std::vector<size_t> parts = fp8_gather_part_bytes(n, from, 8, 2);
+  ASSERT_EQ(parts.size(), 8u);
+  EXPECT_EQ(parts[0], 2 * from + (n / 8 - from));                // 11.02 + 0.34 MB
+  for (int q = 1; q < 8; ++q) EXPECT_EQ(parts[q], n / 8) << q;   // codes only: 5.85 MB
+  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 2, 2, false));      // 28.9 < 46.8 MB
+  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 4, 2, false));      // 17.2 < 23.4 MB
+  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 8, 2, false));      // 11.36 < 11.70 MB
+  EXPECT_FALSE(fp8_codes_gather_pays(n, from, 16, 2, false));    // rank 0: 5.85 MB of bf16, no codes
+  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 16, 2, true));
+  // In f32 (the CPU): 22.4 < 23.4 MB at 8 ranks; at 16 rank 0's slice is all f32.
+  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 8, 4, false));
+  EXPECT_FALSE(fp8_codes_gather_pays(n, from, 16, 4, false));
+  // Short units: empty slices at the end carry nothing.
+  // n 5 from 2 in bf16: rank 0 carries the gap to byte 16; rank 3 holds nothing.
+  EXPECT_EQ(fp8_gather_part_bytes(5, 2, 4, 2), (std::vector<size_t>{16, 2, 1, 0}));
+}
+
+// A block's gather with FP8 codes is one all-gather of unequal parts. Over 8 ranks of
+// Qwen2.5-1.5B in bf16 the first rank's part is 11,359,872 bytes (the 5,510,144
+// elements before the MLP and 339,584 codes), the other seven 5,849,728 codes each.
+// Either way the busiest rank sends every part but the smallest; a pipelined ring
+// (NCCL) takes as long as those bytes, a plain one (Gloo) 7 steps of the largest part.
+TEST(StepModel, UnequalPartsTakeTheBusiestLinkOrTheLargestPart) {
+  StepModelInput in;
+  in.model = model_preset("qwen2.5-1.5b");
+  in.micro_batch = 4;
+  in.seq_len = 2048;
+  in.nodes = 8;
+  in.gather_dtype_bytes = 2;
+  in.inter = {1, 0};
+  in.fp8_gather_numel = 3ull * 1536 * 8960;
+  in.pipelined_gathers = true;
+  const StepPrediction nccl = predict_step(in);
+  in.pipelined_gathers = false;
+  const StepPrediction gloo = predict_step(in);
+  const double total = 2 * 5510144.0 + 3 * 1536 * 8960, smallest = 5849728, largest = 11359872;
+  size_t blocks = 0;
+  for (const Collective& c : step_collectives(in))
+    if (c.what.size() > 4 && c.what.substr(c.what.size() - 4) == " fp8") {
+      ++blocks;
+      EXPECT_EQ(c.total, total);
+      EXPECT_EQ(c.smallest, smallest);
+      EXPECT_EQ(c.largest, largest);
+      EXPECT_EQ(c.count, (c.total + 7) / 8);
+      EXPECT_EQ(c.dtype_bytes, 1);
+    }
+  EXPECT_EQ(blocks, 28u);
+  EXPECT_DOUBLE_EQ(nccl.all_gather.inter, gloo.all_gather.inter);  // the same bytes
+  // 28 blocks, gathered twice a step, at 1 Gbit/s.
+  EXPECT_NEAR(gloo.comm_s_all_gather - nccl.comm_s_all_gather, 28 * 2 * (7 * largest - (total - smallest)) * 8 / 1e9,
+              1e-9);
 }
 
 TEST(StepModel, CollectivesAreTheTrainersStep) {

@@ -205,9 +205,10 @@ TEST(MultiRankTraining, Fp8UnderFsdpAndHsdpFollowsOneRank) {
 
 // What rank 0 of a shard group of W sends for one step's block all-gathers (two per
 // block: forward and backward) with dist.fp8_gather less than without, for kModel with
-// the MLP in FP8: the ring passes on every part but its successor's (rank 1's), the
-// part before the MLP in the compute dtype (f32 on the CPU) and the MLP's as one-byte
-// codes, where without it every part is a whole shard of f32.
+// the MLP in FP8: the ring passes on every part but its successor's (rank 1's), each
+// rank's slice of the part before the MLP in the compute dtype (f32 on the CPU) and of
+// the MLP as one-byte codes, one run of bytes with the gap that aligns the codes,
+// where without it every part is a whole shard of f32.
 uint64_t fp8_gather_saving(int W) {
   st::ModelConfig c = st::model_preset("tiny");
   c.num_layers = 2, c.hidden_size = 64, c.intermediate_size = 128;
@@ -226,8 +227,7 @@ uint64_t fp8_gather_saving(int W) {
     for (int q = 0; q < W; ++q) {
       if (q == 1 % W) continue;
       const st::ElemRange v = plan.valid_range_of(u, q);
-      const size_t head = v.begin < from ? std::min(v.end, from) - v.begin : 0;
-      with += 4 * head + (v.size() - head);
+      with += st::fp8_gather_byte(v.end, from, 4) - st::fp8_gather_byte(v.begin, from, 4);
     }
     saved += 2 * (4 * (W - 1) * plan.shard_numel(u) - with);
   }
