@@ -53,9 +53,6 @@ class Comm {
   // same on every rank. FSDP gathers a unit's FP8 weights and its other parameters so
   // (dist.fp8_gather). The default: one broadcast from each rank with a part.
   virtual void all_gather_v(Tensor recv, const std::vector<size_t>& counts);
-  // Whether all_gather_v pipelines the parts (a large part does not hold up every step
-  // of a ring): what decides whether FSDP's FP8 gathers pay (fp8_codes_gather_pays).
-  virtual bool pipelines_unequal_parts() const { return true; }
   virtual void barrier() = 0;
   // Sum of a host scalar over ranks (losses, token counts, squared norms).
   virtual double all_reduce_sum(double value) = 0;

@@ -159,7 +159,6 @@ class GlooComm final : public Comm {
     if (!overlap_ || world_ == 1) return Comm::all_gather_async(recv, send, count);
     return enqueue([this, recv, send, count] { do_all_gather(recv, send, count); });
   }
-  bool pipelines_unequal_parts() const override { return false; }  // each ring step waits for its largest chunk
   void all_gather_v(Tensor recv, const std::vector<size_t>& counts) override {
     drain();
     do_all_gather_v(recv, counts);

@@ -86,7 +86,6 @@ class CountingComm final : public Comm {
   }
   // A ring of unequal chunks: each rank passes on every chunk but the one whose ring
   // ends at it (its successor's), as the all-gather ring does with equal ones.
-  bool pipelines_unequal_parts() const override { return inner_->pipelines_unequal_parts(); }
   void all_gather_v(Tensor recv, const std::vector<size_t>& counts) override {
     timed(CollectiveKind::AllGather, ring_v(counts, recv.dtype), [&] { inner_->all_gather_v(recv, counts); });
   }

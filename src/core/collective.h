@@ -22,7 +22,9 @@ inline const char* collective_name(CollectiveKind k) {
 // boundary i sits at byte fp8_gather_byte(i): every rank's slice [b, e) of the unit is
 // then one run of bytes [byte(b), byte(e)), the runs back to back in rank order (the
 // rank whose slice reaches `from` carries the alignment gap), so one all-gather of
-// unequal parts moves the whole unit.
+// unequal parts moves the whole unit. No part is larger than a slice in es bytes, so
+// that gather never takes a link longer than the one in es bytes, and its busiest
+// rank, which sends every part but the smallest, sends fewer bytes.
 inline size_t fp8_gather_codes_at(size_t from, size_t es) { return (from * es + 15) / 16 * 16; }
 inline size_t fp8_gather_byte(size_t i, size_t from, size_t es) {
   return i < from ? i * es : fp8_gather_codes_at(from, es) + (i - from);
@@ -38,20 +40,6 @@ inline std::vector<size_t> fp8_gather_part_bytes(size_t n, size_t from, int G, s
     parts[q] = b == e ? 0 : fp8_gather_byte(e, from, es) - fp8_gather_byte(b, from, es);
   }
   return parts;
-}
-
-// Whether that all-gather takes the link less long than gathering the unit all in es
-// bytes. A communicator that pipelines unequal parts (NCCL: a broadcast from each rank,
-// cut into chunks along the ring) is bound by the bytes its busiest link carries, every
-// part but the smallest: fewer whenever es > 1. A plain ring (Gloo) waits at every
-// step for the largest part, and the part before the codes sits in the first ranks'
-// slices: there it pays only if the largest part is below one slice in es bytes.
-inline bool fp8_codes_gather_pays(size_t n, size_t from, int G, size_t es, bool pipelined) {
-  if (from >= n || G < 1) return false;
-  if (pipelined) return es > 1;
-  const size_t slice = (n + static_cast<size_t>(G) - 1) / static_cast<size_t>(G);
-  const std::vector<size_t> parts = fp8_gather_part_bytes(n, from, G, es);
-  return *std::max_element(parts.begin(), parts.end()) < slice * es;
 }
 
 }  // namespace st

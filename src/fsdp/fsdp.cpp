@@ -68,11 +68,6 @@ Fsdp::Fsdp(const ShardPlan& plan, Backend& backend, Comm& comm, Comm* replicate,
     ST_CHECK(at == n, "dist.fp8_gather: unit '", layout_.unit(u).name, "': its FP8 weights do not end it");
     ST_CHECK(fp8_gather_byte(n, spans.front().offset, es) <= plan.padded_numel(u) * es,
              "dist.fp8_gather: unit '", layout_.unit(u).name, "': no room for its FP8 codes");
-    if (!opt_.fp8_gather_always &&
-        !fp8_codes_gather_pays(n, spans.front().offset, comm.world(), es, comm.pipelines_unequal_parts())) {
-      fp8_slots_ -= spans.size();  // gathered in the compute dtype, cast after
-      opt_.fp8_gather[u].clear();
-    }
   }
   if (fp8_slots_ == 0 || in_place()) return;
   for (int u = 0; u < plan.num_units(); ++u) {

@@ -71,12 +71,7 @@ struct FsdpOptions {
   // Comm::all_reduce_max), and the model reads them through fp8_weights(): the same
   // codes it would cast from the gathered weights, half the bytes on the wire. Nothing
   // changes when nothing is gathered (one rank, in place).
-  // Units whose codes would not take the link less long than the compute dtype
-  // (fp8_codes_gather_pays: a plain ring, Gloo, with the part before the MLP large
-  // against a slice) are gathered in the compute dtype and cast after; true gathers
-  // codes wherever there are FP8 weights (tests of that path).
   std::vector<std::vector<Fp8Span>> fp8_gather;
-  bool fp8_gather_always = false;
 };
 
 struct FsdpMemory {

@@ -99,16 +99,11 @@ CallCost call_cost(const Collective& c, const RingShape& r, const StepModelInput
   const bool all_reduce = c.kind == CollectiveKind::AllReduce;
   const int steps = all_reduce ? 2 * (R - 1) : R - 1;
   k.send_bytes = all_reduce ? 2.0 * (R - 1) / R * n : (R - 1) * n;
-  // Unequal parts: the busiest rank sends all but the smallest; a plain ring's steps
-  // each wait for the largest, a pipelined one's busiest link carries what it sends.
-  double timed_bytes = k.send_bytes;
-  if (c.total) {
-    k.send_bytes = static_cast<double>(c.total - c.smallest) * c.dtype_bytes;
-    timed_bytes = in.pipelined_gathers ? k.send_bytes : static_cast<double>(R - 1) * c.largest * c.dtype_bytes;
-  }
+  // Unequal parts: the busiest rank sends all but the smallest (Collective::total).
+  if (c.total) k.send_bytes = static_cast<double>(c.total - c.smallest) * c.dtype_bytes;
   k.nic_bytes = k.send_bytes * r.nic_edges;
-  const double intra_s = r.intra_edges ? timed_bytes * r.intra_edges / bytes_per_s(in.intra) : 0;
-  const double inter_s = r.nic_edges ? timed_bytes * r.nic_edges / bytes_per_s(in.inter) : 0;
+  const double intra_s = r.intra_edges ? k.send_bytes * r.intra_edges / bytes_per_s(in.intra) : 0;
+  const double inter_s = r.nic_edges ? k.nic_bytes / bytes_per_s(in.inter) : 0;
   // A ring step waits for its slowest edge: one that crosses nodes when any does.
   const double latency = steps * 1e-6 * (r.crosses ? in.inter.latency_us : in.intra.latency_us);
   k.seconds = latency + std::max(intra_s, inter_s);
@@ -140,7 +135,6 @@ StepModelInput step_model_input(const RunConfig& cfg, int nodes, int ranks_per_n
     in.fp8_bf16_end_blocks = cfg.train.fp8_bf16_end_blocks;
   }
   in.fp8_delayed = cfg.train.matmul_dtype == "fp8" && cfg.train.fp8_scaling == "delayed";
-  in.pipelined_gathers = cfg.train.device == "cuda";
   return in;
 }
 
@@ -205,19 +199,16 @@ std::vector<Collective> step_collectives(const StepModelInput& in) {
       const bool end = i == 0 || i == first;
       const int forward_gathers = i == 0 && in.model.tie_word_embeddings && !in.reshard_after_forward ? 1 : A;
       const int layer = static_cast<int>(i) - 1, ends = std::max(in.fp8_bf16_end_blocks, 0);
-      const bool codes = in.fp8_gather_numel > 0 && layer >= ends && layer < in.model.num_layers - ends &&
-                         i + 1 < units.size() && in.world() > 1 &&
-                         fp8_codes_gather_pays(u.numel, u.numel - std::min(in.fp8_gather_numel, u.numel),
-                                               in.shard_group(), in.gather_dtype_bytes, in.pipelined_gathers);
+      const bool codes = in.fp8_gather_numel > 0 && in.fp8_gather_numel < u.numel && layer >= ends &&
+                         layer < in.model.num_layers - ends && i + 1 < units.size() && in.world() > 1;
       if (codes) {
         ++codes_blocks;
         const size_t G = in.shard_group(), from = u.numel - std::min(in.fp8_gather_numel, u.numel);
         const std::vector<size_t> parts =
             fp8_gather_part_bytes(u.numel, from, in.shard_group(), static_cast<size_t>(in.gather_dtype_bytes));
         const size_t total = fp8_gather_byte(u.numel, from, static_cast<size_t>(in.gather_dtype_bytes));
-        const auto [lo, hi] = std::minmax_element(parts.begin(), parts.end());
         out.push_back({CollectiveKind::AllGather, CommGroup::Shard, u.name + " fp8", (total + G - 1) / G, 1, u.gathers,
-                       end ? forward_gathers : 0, total, *lo, *hi});
+                       end ? forward_gathers : 0, total, *std::min_element(parts.begin(), parts.end())});
       } else {
         out.push_back({CollectiveKind::AllGather, CommGroup::Shard, u.name, u.shard_numel, in.gather_dtype_bytes,
                        u.gathers, end ? forward_gathers : 0});

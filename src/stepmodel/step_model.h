@@ -50,10 +50,6 @@ struct StepModelInput {
   // the gather dtype; blocks within fp8_bf16_end_blocks of either end have none.
   size_t fp8_gather_numel = 0;
   int fp8_bf16_end_blocks = 0;
-  // Whether the shard group's communicator pipelines unequal parts (NCCL on GPUs; Gloo's
-  // ring does not): with a plain ring a block's codes are used only where
-  // fp8_codes_gather_pays says so, as FSDP decides.
-  bool pipelined_gathers = true;
   // train.fp8_scaling = "delayed" (with train.matmul_dtype = "fp8"): every step's amax of
   // the blocks' FP8 inputs and gradients (8 floats a block) is all-reduced (max) over the world.
   bool fp8_delayed = false;
@@ -117,10 +113,12 @@ struct Collective {
   int times = 0;           // calls per step
   int exposed_times = 0;   // of those, the ones the prefetch schedule cannot hide
   // An all-gather of unequal parts (Comm::all_gather_v; count is then the mean part,
-  // rounded up, as the communicators' byte counts take it): every part together, the
-  // smallest and the largest. 0: every part is `count`. The busiest rank sends all but
-  // the smallest; a plain ring waits at each step for the largest.
-  size_t total = 0, smallest = 0, largest = 0;
+  // rounded up, as the communicators' byte counts take it): every part together and
+  // the smallest (0, 0: every part is `count`). The busiest rank sends all but the
+  // smallest, and its link bounds the time: NCCL pipelines the parts along the ring,
+  // and Gloo's ring, which passes the largest part from rank to rank, starts the next
+  // gather on a rank as soon as that rank is done with this one.
+  size_t total = 0, smallest = 0;
 };
 
 // Every collective of a step: the units' (unit_traffic; a block with FP8 codes as one

@@ -147,9 +147,8 @@ TEST(StepModel, UnitsAreTheLayoutsAndTheShardPlans) {
 using CallKey = std::tuple<std::string, std::string, size_t, int>;  // group, kind, count, dtype bytes
 class CountingComm final : public Comm {
  public:
-  CountingComm(std::string group, int world, std::map<CallKey, int>& calls, bool pipelined = true)
-      : group_(std::move(group)), world_(world), calls_(calls), pipelined_(pipelined) {}
-  bool pipelines_unequal_parts() const override { return pipelined_; }
+  CountingComm(std::string group, int world, std::map<CallKey, int>& calls)
+      : group_(std::move(group)), world_(world), calls_(calls) {}
   int rank() const override { return 0; }
   int world() const override { return world_; }
   void all_gather(Tensor recv, Tensor send, size_t n) override {
@@ -195,14 +194,9 @@ std::map<CallKey, int> modelled_calls(const StepModelInput& in) {
   return calls;
 }
 
-// dist.fp8_gather's rule: a communicator that pipelines unequal parts gains whenever the
-// codes are narrower; a plain ring only where the largest part (a rank's slice before
-// the codes in the compute dtype, and of the codes, one run of bytes) is below one slice
-// in the compute dtype.
-TEST(StepModel, Fp8CodesPayWhereTheRingAllows) {
-  EXPECT_TRUE(fp8_codes_gather_pays(100, 20, 8, 2, true));
-  EXPECT_FALSE(fp8_codes_gather_pays(100, 20, 8, 1, true));      // codes no narrower
-  EXPECT_FALSE(fp8_codes_gather_pays(100, 100, 8, 2, true));     // no codes
+// dist.fp8_gather's parts: each rank's slice of a block, the part before the MLP in the
+// gather dtype and the MLP's as codes from the next 16-byte boundary, one run of bytes.
+TEST(StepModel, Fp8GatherPartsAreEachRanksSliceInBytes) {
   // Qwen2.5-1.5B's block (5,510,144 elements before the MLP of 46,797,824) in bf16.
   const size_t n = 46797824, from = 5510144;
   EXPECT_EQ(fp8_gather_codes_at(from, 2), 2 * from);             // already 16-byte aligned
@@ -213,25 +207,22 @@ TEST(StepModel, Fp8CodesPayWhereTheRingAllows) {
   ASSERT_EQ(parts.size(), 8u);
   EXPECT_EQ(parts[0], 2 * from + (n / 8 - from));                // 11.02 + 0.34 MB
   for (int q = 1; q < 8; ++q) EXPECT_EQ(parts[q], n / 8) << q;   // codes only: 5.85 MB
-  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 2, 2, false));      // 28.9 < 46.8 MB
-  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 4, 2, false));      // 17.2 < 23.4 MB
-  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 8, 2, false));      // 11.36 < 11.70 MB
-  EXPECT_FALSE(fp8_codes_gather_pays(n, from, 16, 2, false));    // rank 0: 5.85 MB of bf16, no codes
-  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 16, 2, true));
-  // In f32 (the CPU): 22.4 < 23.4 MB at 8 ranks; at 16 rank 0's slice is all f32.
-  EXPECT_TRUE(fp8_codes_gather_pays(n, from, 8, 4, false));
-  EXPECT_FALSE(fp8_codes_gather_pays(n, from, 16, 4, false));
-  // Short units: empty slices at the end carry nothing.
+  // At 16 ranks the first slice is all bf16, the second straddles the MLP's start.
+  const std::vector<size_t> p16 = fp8_gather_part_bytes(n, from, 16, 2);
+  EXPECT_EQ(p16[0], 2 * (n / 16));
+  EXPECT_EQ(p16[1], 2 * (from - n / 16) + (2 * (n / 16) - from));
+  // No part exceeds a slice in the gather dtype.
+  for (int G : {1, 2, 3, 8, 16, 64})
+    for (size_t p : fp8_gather_part_bytes(n, from, G, 2)) EXPECT_LE(p, 2 * ((n + G - 1) / G)) << G;
   // n 5 from 2 in bf16: rank 0 carries the gap to byte 16; rank 3 holds nothing.
   EXPECT_EQ(fp8_gather_part_bytes(5, 2, 4, 2), (std::vector<size_t>{16, 2, 1, 0}));
 }
 
 // A block's gather with FP8 codes is one all-gather of unequal parts. Over 8 ranks of
 // Qwen2.5-1.5B in bf16 the first rank's part is 11,359,872 bytes (the 5,510,144
-// elements before the MLP and 339,584 codes), the other seven 5,849,728 codes each.
-// Either way the busiest rank sends every part but the smallest; a pipelined ring
-// (NCCL) takes as long as those bytes, a plain one (Gloo) 7 steps of the largest part.
-TEST(StepModel, UnequalPartsTakeTheBusiestLinkOrTheLargestPart) {
+// elements before the MLP and 339,584 codes), the other seven 5,849,728 codes each; the
+// busiest rank sends every part but the smallest, and its link times the gather.
+TEST(StepModel, UnequalPartsTakeTheBusiestRanksBytes) {
   StepModelInput in;
   in.model = model_preset("qwen2.5-1.5b");
   in.micro_batch = 4;
@@ -239,27 +230,24 @@ TEST(StepModel, UnequalPartsTakeTheBusiestLinkOrTheLargestPart) {
   in.nodes = 8;
   in.gather_dtype_bytes = 2;
   in.inter = {1, 0};
+  const StepPrediction bf16 = predict_step(in);
   in.fp8_gather_numel = 3ull * 1536 * 8960;
-  in.pipelined_gathers = true;
-  const StepPrediction nccl = predict_step(in);
-  in.pipelined_gathers = false;
-  const StepPrediction gloo = predict_step(in);
-  const double total = 2 * 5510144.0 + 3 * 1536 * 8960, smallest = 5849728, largest = 11359872;
+  const StepPrediction fp8 = predict_step(in);
+  const double total = 2 * 5510144.0 + 3 * 1536 * 8960, smallest = 5849728, slice = 5849728;
   size_t blocks = 0;
   for (const Collective& c : step_collectives(in))
     if (c.what.size() > 4 && c.what.substr(c.what.size() - 4) == " fp8") {
       ++blocks;
       EXPECT_EQ(c.total, total);
       EXPECT_EQ(c.smallest, smallest);
-      EXPECT_EQ(c.largest, largest);
       EXPECT_EQ(c.count, (c.total + 7) / 8);
       EXPECT_EQ(c.dtype_bytes, 1);
     }
   EXPECT_EQ(blocks, 28u);
-  EXPECT_DOUBLE_EQ(nccl.all_gather.inter, gloo.all_gather.inter);  // the same bytes
-  // 28 blocks, gathered twice a step, at 1 Gbit/s.
-  EXPECT_NEAR(gloo.comm_s_all_gather - nccl.comm_s_all_gather, 28 * 2 * (7 * largest - (total - smallest)) * 8 / 1e9,
-              1e-9);
+  // 28 blocks, gathered twice a step, at 1 Gbit/s: 7 slices in bf16 against the codes.
+  const double saved = 28 * 2 * (7 * 2 * slice - (total - smallest));
+  EXPECT_NEAR(bf16.all_gather.inter - fp8.all_gather.inter, saved, 1e-3);
+  EXPECT_NEAR(bf16.comm_s_all_gather - fp8.comm_s_all_gather, saved * 8 / 1e9, 1e-9);
 }
 
 TEST(StepModel, CollectivesAreTheTrainersStep) {
@@ -268,7 +256,6 @@ TEST(StepModel, CollectivesAreTheTrainersStep) {
     bool tied, reshard;
     int accum;
     std::string fp8 = "";  // "": bf16; else train.fp8_layers, with dist.fp8_gather (",cast": without)
-    bool ring = false;     // the shard group's comm a plain ring (Gloo's): codes only where they pay
   };
   const std::vector<Case> cases = {
       {1, 0, true, true, 1},  {2, 0, true, true, 1},   {2, 0, true, false, 2}, {2, 0, false, true, 2},
@@ -276,14 +263,12 @@ TEST(StepModel, CollectivesAreTheTrainersStep) {
       {4, 2, true, false, 2},  {2, 1, true, true, 1},  {6, 3, false, true, 1},
       {2, 0, true, true, 1, "gate_up,down"}, {4, 2, false, false, 2, "qkv,o,gate_up,down"},
       {3, 0, true, true, 2, "down"}, {2, 0, true, true, 1, "gate_up,down,cast"}, {4, 0, true, true, 1, "qkv,o"},
-      {2, 0, true, true, 1, "gate_up,down", true}, {4, 0, true, true, 1, "gate_up,down", true},
-      {8, 0, true, true, 1, "gate_up,down", true},
+      {4, 0, true, true, 1, "gate_up,down"}, {8, 0, true, true, 1, "gate_up,down"},
   };
   for (const Case& c : cases) {
     const std::string what = "world " + std::to_string(c.world) + ", shard group " + std::to_string(c.group) +
                              (c.tied ? ", tied" : ", untied") + (c.reshard ? ", reshard" : ", no reshard") +
-                             ", accum " + std::to_string(c.accum) + (c.fp8.empty() ? "" : ", fp8 " + c.fp8) +
-                             (c.ring ? ", plain ring" : "");
+                             ", accum " + std::to_string(c.accum) + (c.fp8.empty() ? "" : ", fp8 " + c.fp8);
     RunConfig cfg = testing::tiny_run(1, {.layers = 2, .hidden = 32, .intermediate = 48, .seq_len = 8, .micro_batch = 2});
     if (!c.fp8.empty()) {
       cfg.train.matmul_dtype = "fp8";
@@ -308,7 +293,7 @@ TEST(StepModel, CollectivesAreTheTrainersStep) {
     auto be = make_cpu_backend();
     ProcessGroups groups;
     groups.world = std::make_unique<CountingComm>("world", c.world, calls);
-    groups.shard = std::make_unique<CountingComm>("shard", G, calls, !c.ring);
+    groups.shard = std::make_unique<CountingComm>("shard", G, calls);
     if (G < c.world) groups.replicate = std::make_unique<CountingComm>("replicate", c.world / G, calls);
     Trainer trainer(cfg, *be, groups);
     calls.clear();  // set-up's collectives are not the step's
@@ -327,7 +312,6 @@ TEST(StepModel, CollectivesAreTheTrainersStep) {
     const StepModelInput from_config = step_model_input(cfg, c.world, 1);
     in.fp8_gather_numel = from_config.fp8_gather_numel;
     in.fp8_delayed = from_config.fp8_delayed;
-    in.pipelined_gathers = !c.ring;
     EXPECT_EQ(modelled_calls(in), calls) << what;
   }
 }

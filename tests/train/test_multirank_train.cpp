@@ -221,8 +221,6 @@ uint64_t fp8_gather_saving(int W) {
   for (int u = 0; u < layout.num_units(); ++u) {
     if (spans[u].empty()) continue;
     const size_t from = spans[u].front().offset;
-    // Gloo's ring takes the codes only where they pay (fp8_codes_gather_pays).
-    if (!st::fp8_codes_gather_pays(layout.unit(u).numel, from, W, 4, false)) continue;
     uint64_t with = 0;
     for (int q = 0; q < W; ++q) {
       if (q == 1 % W) continue;
@@ -239,9 +237,8 @@ uint64_t fp8_gather_saving(int W) {
 // the codes each rank would cast from the gathered weights, so FSDP over 2 ranks and
 // HSDP 2x2 train the same curve bit for bit with and without it, the reductions
 // unchanged, while every step's all-gathers send exactly the bytes the shard plan says
-// fewer. Over 4 ranks Gloo's plain ring would wait on the first rank's large part (this
-// model's attention is a third of a block), so the rule keeps the f32 gather: the same
-// bytes. Attention alone in FP8 has no FP8 tail: nothing changes.
+// fewer, over 2 and 4 ranks (at 4 this model's attention, a third of a block, fills
+// the first rank's part). Attention alone in FP8 has no FP8 tail: nothing changes.
 TEST(MultiRankTraining, Fp8GatherChangesNoBitAndSendsTheMlpAsBytes) {
   const std::string fp8 = " --train.seed=13 --train.matmul_dtype=fp8";
   for (const auto& [nproc, extra, W] : {std::tuple{2, std::string(), 2}, std::tuple{4, std::string(), 4},
@@ -254,7 +251,7 @@ TEST(MultiRankTraining, Fp8GatherChangesNoBitAndSendsTheMlpAsBytes) {
     const auto x = records("fp8g_cast"), y = records("fp8g_codes");
     ASSERT_EQ(y.size(), 20u) << what;
     const uint64_t saving = fp8_gather_saving(W);
-    EXPECT_EQ(saving > 0, W == 2) << what;
+    EXPECT_GT(saving, 0u) << what;
     for (const auto& [step, r] : x) {
       const uint64_t a = r["comm_all_gather_bytes"], b = y.at(step)["comm_all_gather_bytes"];
       EXPECT_EQ(a - b, saving) << what << " step " << step << ": " << a << " vs " << b;
