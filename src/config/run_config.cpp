@@ -150,9 +150,9 @@ std::vector<Key> run_config_keys(RunConfig& c) {
        "with train.matmul_dtype=fp8: all-gather a block's FP8 MLP weights (gate|up and down, when train.fp8_layers "
        "names down) as e4m3 codes, one byte an element, each rank casting its own part with the scale of the whole "
        "tensor's amax, agreed once per step: the codes the GEMMs would use anyway, half the bytes of bf16 on the "
-       "wire (the QKV and O weights, FP8 or not, travel in bf16); the same training bit for bit. Over Gloo (CPU "
-       "ranks), whose ring waits for the first ranks' larger parts, only where that still takes the link less "
-       "long. Nothing changes on one rank (nothing is gathered); false gathers bf16 and casts after the gather"},
+       "wire (the QKV and O weights, FP8 or not, travel in bf16, each rank's slice in one all-gather); the same "
+       "training bit for bit. Nothing changes on one rank (nothing is gathered); false gathers bf16 and casts after "
+       "the gather"},
       {"dist.overlap", &c.dist.overlap,
        "CPU backend: run the prefetched all-gathers and the gradient reduce-scatters (and HSDP all-reduces) on a "
        "communication thread beside the compute; false runs each inside its call (nothing overlaps; the same "
