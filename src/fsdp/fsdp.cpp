@@ -72,12 +72,9 @@ Fsdp::Fsdp(const ShardPlan& plan, Backend& backend, Comm& comm, Comm* replicate,
   if (fp8_slots_ == 0 || in_place()) return;
   for (int u = 0; u < plan.num_units(); ++u) {
     if (opt_.fp8_gather[u].empty()) continue;
-    const size_t from = fp8_from(u), es = dtype_size(opt_.compute_dtype);
-    UnitState& s = units_[u];
-    for (int q = 0; q < comm.world(); ++q) {
-      const ElemRange v = plan.valid_range_of(u, q);
-      s.part_bytes.push_back(v.empty() ? 0 : fp8_gather_byte(v.end, from, es) - fp8_gather_byte(v.begin, from, es));
-    }
+    // The shard plan's slices are the helper's: the unit padded to a multiple of the world.
+    units_[u].part_bytes =
+        fp8_gather_part_bytes(plan.numel(u), fp8_from(u), comm.world(), dtype_size(opt_.compute_dtype));
   }
   fp8_amax_ = be_.alloc(DType::F32, fp8_slots_);
   fp8_inv_ = be_.alloc(DType::F32, 4 * fp8_slots_);
@@ -356,8 +353,7 @@ void Fsdp::start_gather(int u) {
         be_.fp8_quantize(codes.slice(a - from, b - a), Tensor{}, fp8_inv_.slice(4 * (fp8_slot_[u] + k), 1),
                          src.slice(a - base, b - a), 1, static_cast<int>(b - a), true);
     }
-    size_t total = 0;
-    for (size_t c : s.part_bytes) total += c;
+    const size_t total = fp8_gather_byte(plan_.numel(u), from, dtype_size(opt_.compute_dtype));
     s.gathering = comm_.all_gather_v_async(Tensor{s.full.data, DType::F8E4M3, total}, s.part_bytes);
     s.gather_pending = true;
     track_gathered();

@@ -203,10 +203,10 @@ std::vector<Collective> step_collectives(const StepModelInput& in) {
                          layer < in.model.num_layers - ends && i + 1 < units.size() && in.world() > 1;
       if (codes) {
         ++codes_blocks;
-        const size_t G = in.shard_group(), from = u.numel - std::min(in.fp8_gather_numel, u.numel);
-        const std::vector<size_t> parts =
-            fp8_gather_part_bytes(u.numel, from, in.shard_group(), static_cast<size_t>(in.gather_dtype_bytes));
-        const size_t total = fp8_gather_byte(u.numel, from, static_cast<size_t>(in.gather_dtype_bytes));
+        const size_t G = in.shard_group(), from = u.numel - in.fp8_gather_numel,
+                     es = static_cast<size_t>(in.gather_dtype_bytes);
+        const std::vector<size_t> parts = fp8_gather_part_bytes(u.numel, from, in.shard_group(), es);
+        const size_t total = fp8_gather_byte(u.numel, from, es);
         out.push_back({CollectiveKind::AllGather, CommGroup::Shard, u.name + " fp8", (total + G - 1) / G, 1, u.gathers,
                        end ? forward_gathers : 0, total, *std::min_element(parts.begin(), parts.end())});
       } else {
