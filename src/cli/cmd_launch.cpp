@@ -52,7 +52,8 @@ Command add_launch_command(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--max-restarts", opt->max_restarts,
                   "When a rank fails, stop them all and start them all again, up to this many times (a training "
-                  "run resumes from its latest checkpoint: run.resume=auto)")
+                  "run resumes from its latest checkpoint: run.resume=auto); never after a rank exits 2 (usage or "
+                  "configuration) or 3 (input data or model files), which a restart would repeat")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   app->add_option("--job-id", opt->job_id,

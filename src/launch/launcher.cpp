@@ -257,6 +257,27 @@ class Launcher {
   bool interrupted() const { return interrupted_by_.has_value(); }
   const std::string& failure() const { return failure_; }
 
+  // The failure a restart would repeat, if any: the first failure when it was a usage or
+  // configuration error (exit 2) or an input one (exit 3); else the first rank, in rank
+  // order, that exited 2 or 3 of its own while the others stopped. A rank that fails on
+  // its input can make a peer fail first (a connection the failing rank closed), and a
+  // rank stopped by the launcher's SIGTERM exits 143, not 2 or 3.
+  struct Repeating {
+    int code = 0;
+    std::string what;  // "rank 1 exited with status 3"
+  };
+  std::optional<Repeating> repeating_failure() const {
+    auto repeats = [](int status) {
+      return WIFEXITED(status) && (WEXITSTATUS(status) == kExitUsage || WEXITSTATUS(status) == kExitData);
+    };
+    if (!first_failure_status_) return std::nullopt;
+    if (repeats(*first_failure_status_)) return Repeating{exit_code_of(*first_failure_status_), failure_};
+    for (const Rank& r : ranks_)
+      if (!r.running && repeats(r.status))
+        return Repeating{WEXITSTATUS(r.status), "rank " + std::to_string(r.rank) + " " + describe_status(r.status)};
+    return std::nullopt;
+  }
+
  private:
   void spawn(Rank& r, int local, const std::string& exec_path, const std::vector<std::string>& argv,
              const std::map<std::string, std::string>& env) {
@@ -581,14 +602,18 @@ int launch_local_ranks(const LaunchOptions& opt) {
     // Restart on a rank's failure (torchelastic's rule: stop them all, start them all),
     // never when the launcher itself was told to stop.
     // A rank that exits 2 (usage/configuration) or 3 (input data or model files) would
-    // fail the same way again: no restart.
-    const bool repeats = code == kExitUsage || code == kExitData;
-    if (code != 0 && repeats && opt.max_restarts > 0 && !launcher.interrupted()) {
-      std::fprintf(stderr, "launch: not restarting: %s (%s), which a restart would repeat%s\n",
-                   launcher.failure().c_str(),
-                   code == kExitUsage ? "a usage or configuration error" : "an error in input data or model files",
-                   first_failure.empty() ? "" : ("; the first failure: " + first_failure).c_str());
-      return code;
+    // fail the same way again: no restart, and the launch exits with that code, also
+    // when another rank's failure (caused by it) came first.
+    const auto repeating = code != 0 && !launcher.interrupted() ? launcher.repeating_failure() : std::nullopt;
+    if (repeating && opt.max_restarts > 0) {
+      const std::string first = !first_failure.empty()                  ? first_failure
+                                : launcher.failure() != repeating->what ? launcher.failure()
+                                                                        : "";
+      std::fprintf(stderr, "launch: not restarting: %s (%s), which a restart would repeat%s\n", repeating->what.c_str(),
+                   repeating->code == kExitUsage ? "a usage or configuration error"
+                                                 : "an error in input data or model files",
+                   first.empty() ? "" : ("; the first failure: " + first).c_str());
+      return repeating->code;
     }
     if (code == 0 || launcher.interrupted() || attempt >= opt.max_restarts) {
       if (code != 0 && opt.max_restarts > 0 && !launcher.interrupted())

@@ -322,6 +322,23 @@ TEST(Launch, RestartsAreCountedAndGivingUpNamesTheFirstFailure) {
   EXPECT_EQ(st::rank_environment(st::LaunchOptions{}, 0, {})["SHARDTRAIN_RESTART_COUNT"], "0");
 }
 
+// A rank that fails on its input (exit 3) can make a peer fail first (exit 4: the
+// connection it closed). The launch still does not restart: the input error would
+// repeat. Rank 1 exits 3 once the launcher stops it, after rank 0's exit 4.
+TEST(Launch, NoRestartWhenAnyRankFailedOnItsInput) {
+  const fs::path d = temp_dir("input_error");
+  const std::string up = (d / "up").string();
+  Result r = launch({"--nproc-per-node", "2", "--max-restarts", "3", "--program", "/bin/sh", "--", "-c",
+                     "echo start=$SHARDTRAIN_RESTART_COUNT; if [ \"$RANK\" = 1 ]; then trap 'exit 3' TERM; touch " + up +
+                         "; sleep 30 & wait; else while [ ! -e " + up + " ]; do sleep 0.05; done; exit 4; fi"});
+  EXPECT_EQ(r.code(), 3) << r.out;
+  EXPECT_FALSE(contains(r.out, "restart 1 of 3")) << r.out;
+  EXPECT_FALSE(contains(r.out, "start=1")) << r.out;
+  EXPECT_TRUE(contains(r.out, "launch: not restarting: rank 1 exited with status 3 (an error in input data or model "
+                              "files), which a restart would repeat; the first failure: rank 0 exited with status 4"))
+      << r.out;
+}
+
 TEST(Launch, SigtermIsForwardedToEveryRank) {
   const fs::path d = temp_dir("term");
   const std::string script = "trap 'echo term > " + d.string() + "/term.$RANK; exit 0' TERM; echo up > " +
