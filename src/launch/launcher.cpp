@@ -154,6 +154,9 @@ std::string describe_status(int status) {
   return (WIFSIGNALED(status) ? "was " : "") + not_exited(status);
 }
 
+// "rank 1 exited with status 3", "rank 0 was killed by signal 9 (SIGKILL)".
+std::string rank_failure(int rank, int status) { return "rank " + std::to_string(rank) + " " + describe_status(status); }
+
 // A rank's state as its line says it: "exited 0", "failed with exit code 3", "killed
 // by signal 9 (SIGKILL)" (or "still running": left behind after SIGKILL), and the
 // signal the launcher had sent it, if any.
@@ -274,7 +277,7 @@ class Launcher {
     if (repeats(*first_failure_status_)) return Repeating{exit_code_of(*first_failure_status_), failure_};
     for (const Rank& r : ranks_)
       if (!r.running && repeats(r.status))
-        return Repeating{WEXITSTATUS(r.status), "rank " + std::to_string(r.rank) + " " + describe_status(r.status)};
+        return Repeating{WEXITSTATUS(r.status), rank_failure(r.rank, r.status)};
     return std::nullopt;
   }
 
@@ -431,7 +434,7 @@ class Launcher {
       std::fprintf(stderr, "launch: %s\n", rank_line(r).c_str());
       if (!succeeded(status) && !stopping_) {
         first_failure_status_ = status;
-        failure_ = "rank " + std::to_string(r.rank) + " " + describe_status(status);
+        failure_ = rank_failure(r.rank, status);
         std::fprintf(stderr, "launch: %s%s\n", failure_.c_str(), any_running() ? "; stopping the other ranks" : "");
         begin_stop(SIGTERM);
       }
@@ -604,14 +607,16 @@ int launch_local_ranks(const LaunchOptions& opt) {
     // A rank that exits 2 (usage/configuration) or 3 (input data or model files) would
     // fail the same way again: no restart, and the launch exits with that code, also
     // when another rank's failure (caused by it) came first.
-    const auto repeating = code != 0 && !launcher.interrupted() ? launcher.repeating_failure() : std::nullopt;
-    if (repeating && opt.max_restarts > 0) {
+    const auto repeating = launcher.interrupted() ? std::nullopt : launcher.repeating_failure();
+    if (repeating && (opt.max_restarts > 0 || repeating->code != code)) {
       const std::string first = !first_failure.empty()                  ? first_failure
                                 : launcher.failure() != repeating->what ? launcher.failure()
                                                                         : "";
-      std::fprintf(stderr, "launch: not restarting: %s (%s), which a restart would repeat%s\n", repeating->what.c_str(),
+      std::fprintf(stderr, "launch: %s%s (%s)%s%s\n", opt.max_restarts > 0 ? "not restarting: " : "exiting with its status: ",
+                   repeating->what.c_str(),
                    repeating->code == kExitUsage ? "a usage or configuration error"
                                                  : "an error in input data or model files",
+                   opt.max_restarts > 0 ? ", which a restart would repeat" : "",
                    first.empty() ? "" : ("; the first failure: " + first).c_str());
       return repeating->code;
     }

@@ -339,6 +339,20 @@ TEST(Launch, NoRestartWhenAnyRankFailedOnItsInput) {
       << r.out;
 }
 
+// The same without restarts: the launch exits with the input error's code, not the
+// first failure's, and names both.
+TEST(Launch, InputErrorCodeWinsOverTheFailureItCaused) {
+  const fs::path d = temp_dir("input_error0");
+  const std::string up = (d / "up").string();
+  Result r = launch({"--nproc-per-node", "2", "--program", "/bin/sh", "--", "-c",
+                     "if [ \"$RANK\" = 1 ]; then trap 'exit 3' TERM; touch " + up +
+                         "; sleep 30 & wait; else while [ ! -e " + up + " ]; do sleep 0.05; done; exit 4; fi"});
+  EXPECT_EQ(r.code(), 3) << r.out;
+  EXPECT_TRUE(contains(r.out, "launch: exiting with its status: rank 1 exited with status 3 (an error in input data "
+                              "or model files); the first failure: rank 0 exited with status 4"))
+      << r.out;
+}
+
 TEST(Launch, SigtermIsForwardedToEveryRank) {
   const fs::path d = temp_dir("term");
   const std::string script = "trap 'echo term > " + d.string() + "/term.$RANK; exit 0' TERM; echo up > " +
