@@ -108,9 +108,6 @@ ClusterPrediction predict_cluster(const ClusterSpec& spec) {
   cp.fallback_fp32 = predict_run(spec, cp, spec.gpu.count, file_group, cp.tcp, 4);
   cp.expected_bf16 = predict_run(spec, cp, spec.gpu.count, file_group, expected, 2);
   cp.fallback_bf16 = predict_run(spec, cp, spec.gpu.count, file_group, cp.tcp, 2);
-  const bool bf16 = cp.reduce_dtype_bytes == 2;
-  cp.expected = bf16 ? cp.expected_bf16 : cp.expected_fp32;
-  cp.fallback = bf16 ? cp.fallback_bf16 : cp.fallback_fp32;
   for (int nodes : {1, 2, 4, 8})
     cp.scaling.push_back({nodes, predict_run(spec, cp, nodes, 0, expected, cp.reduce_dtype_bytes),
                           predict_run(spec, cp, nodes, spec.pod_gpus, expected, cp.reduce_dtype_bytes)});
@@ -120,7 +117,7 @@ ClusterPrediction predict_cluster(const ClusterSpec& spec) {
 std::string prediction_text(const ClusterSpec& spec, const ClusterPrediction& cp) {
   std::string s = "predicted step (the step-time model, docs/scaleout.md; not a measurement):\n";
   if (!cp.skipped.empty()) return s + "  none: " + cp.skipped + "\n";
-  const StepModelInput& in = cp.expected.in;
+  const StepModelInput& in = cp.expected().in;
   const double params = static_cast<double>(in.model.num_params());
   s += format("  model %s: %.4gB parameters, %.3g GFLOP per token (6 x matmul parameters + 6 x layers x hidden x "
               "seq_len)\n",
@@ -134,11 +131,11 @@ std::string prediction_text(const ClusterSpec& spec, const ClusterPrediction& cp
                 "%gx faster (train.matmul_dtype = \"fp8\"; calibrated on a measured H100 step, docs/scaleout.md): "
                 "compute %.3f s per step\n",
                 spec.gpu.facts->gpu_model.c_str(), cp.compute.peak_tflops, cp.gpu_source.c_str(), 100 * cp.compute.mfu,
-                100 * cp.compute.fp8_share, kFp8LayerSpeedup, cp.expected.p.compute_s);
+                100 * cp.compute.fp8_share, kFp8LayerSpeedup, cp.expected().p.compute_s);
   else
     s += format("  assumed GPU: %s at %g TFLOP/s dense bf16 (%s) x %g%% MFU: compute %.3f s per step\n",
                 spec.gpu.facts->gpu_model.c_str(), cp.compute.peak_tflops, cp.gpu_source.c_str(), 100 * cp.compute.mfu,
-                cp.expected.p.compute_s);
+                cp.expected().p.compute_s);
   if (has_efa(cp)) s += link_line(cp.efa, spec.gpu.instance_type);
   s += link_line(cp.tcp, spec.gpu.instance_type);
   s += link_line(cp.intra, spec.gpu.instance_type);
@@ -151,12 +148,12 @@ std::string prediction_text(const ClusterSpec& spec, const ClusterPrediction& cp
               schedule_name(in.schedule));
   s += format("  %-12s %8s %8s %13s %17s %13s %18s\n", "fabric", "step s", "steps/s", "tokens/s/GPU",
               "tokens/s cluster", "inter-node s", "GB/node each way");
-  if (has_efa(cp)) s += row("EFA", cp.expected);
-  s += row("TCP sockets", cp.fallback);
+  if (has_efa(cp)) s += row("EFA", cp.expected());
+  s += row("TCP sockets", cp.fallback());
   if (has_efa(cp)) {
     s += format("  EFA / TCP: %.2fx in steps/s; the published recipe (2 x g6.12xlarge) measured %.2fx (%.4f vs %.4f "
                 "steps/s)\n",
-                cp.expected.p.steps_per_s / cp.fallback.p.steps_per_s, kRecipeEfaStepsPerS / kRecipeTcpStepsPerS,
+                cp.expected().p.steps_per_s / cp.fallback().p.steps_per_s, kRecipeEfaStepsPerS / kRecipeTcpStepsPerS,
                 kRecipeEfaStepsPerS, kRecipeTcpStepsPerS);
     const PredictedRun& oe = bf16_reduce ? cp.expected_fp32 : cp.expected_bf16;
     const PredictedRun& of = bf16_reduce ? cp.fallback_fp32 : cp.fallback_bf16;
@@ -215,7 +212,7 @@ nlohmann::json prediction_json(const ClusterPrediction& cp) {
                       {"fp8_layer_speedup", kFp8LayerSpeedup},
                       {"expected_fabric", has_efa(cp) ? "efa" : "tcp"},
                       {"links", {{"tcp", link(cp.tcp)}, {"intra", link(cp.intra)}}},
-                      {"tcp", step_prediction_json(cp.fallback.in, cp.fallback.p, cp.compute)},
+                      {"tcp", step_prediction_json(cp.fallback().in, cp.fallback().p, cp.compute)},
                       {"reduce_dtype", wire_dtype_name(cp.reduce_dtype_bytes)},
                       {"tcp_fp32_reduce", step_prediction_json(cp.fallback_fp32.in, cp.fallback_fp32.p, cp.compute)},
                       {"tcp_bf16_reduce", step_prediction_json(cp.fallback_bf16.in, cp.fallback_bf16.p, cp.compute)},
@@ -225,10 +222,10 @@ nlohmann::json prediction_json(const ClusterPrediction& cp) {
                         {"efa_over_tcp", kRecipeEfaStepsPerS / kRecipeTcpStepsPerS}}}};
   if (has_efa(cp)) {
     j["links"]["efa"] = link(cp.efa);
-    j["efa"] = step_prediction_json(cp.expected.in, cp.expected.p, cp.compute);
+    j["efa"] = step_prediction_json(cp.expected().in, cp.expected().p, cp.compute);
     j["efa_fp32_reduce"] = step_prediction_json(cp.expected_fp32.in, cp.expected_fp32.p, cp.compute);
     j["efa_bf16_reduce"] = step_prediction_json(cp.expected_bf16.in, cp.expected_bf16.p, cp.compute);
-    j["efa_over_tcp"] = cp.expected.p.steps_per_s / cp.fallback.p.steps_per_s;
+    j["efa_over_tcp"] = cp.expected().p.steps_per_s / cp.fallback().p.steps_per_s;
     j["efa_over_tcp_fp32_reduce"] = cp.expected_fp32.p.steps_per_s / cp.fallback_fp32.p.steps_per_s;
     j["efa_over_tcp_bf16_reduce"] = cp.expected_bf16.p.steps_per_s / cp.fallback_bf16.p.steps_per_s;
   }

@@ -38,9 +38,11 @@ struct ClusterPrediction {
   std::string gpu_source;              // where the peak comes from
   LinkAssumption efa, tcp, intra;      // efa.gbps == 0: the node group has no EFA
   int reduce_dtype_bytes = 4;          // the file's dist.reduce_dtype: 4 (fp32) or 2 (bf16)
-  PredictedRun expected, fallback;     // the file's run over EFA (or TCP without EFA), and over TCP
-  PredictedRun expected_fp32, fallback_fp32;  // the same with gradients reduced in fp32
-  PredictedRun expected_bf16, fallback_bf16;  // and in bf16 (one pair equals expected, fallback)
+  PredictedRun expected_fp32, fallback_fp32;  // over EFA (or TCP without EFA), and over TCP; gradients reduced in fp32
+  PredictedRun expected_bf16, fallback_bf16;  // the same with gradients reduced in bf16
+  // The file's run (its dist.reduce_dtype) over EFA (or TCP without EFA), and over TCP.
+  const PredictedRun& expected() const { return reduce_dtype_bytes == 2 ? expected_bf16 : expected_fp32; }
+  const PredictedRun& fallback() const { return reduce_dtype_bytes == 2 ? fallback_bf16 : fallback_fp32; }
   struct Scaling {
     int nodes = 0;
     PredictedRun full_shard, hsdp;     // hsdp: shard groups of one node, replicated across nodes

@@ -31,15 +31,15 @@ TEST(DeployPrediction, TheRecipe) {
   EXPECT_EQ(cp.efa.gbps, 32);
   EXPECT_EQ(cp.tcp.gbps, 16);
   EXPECT_EQ(cp.compute.peak_tflops, 121);
-  EXPECT_NEAR(cp.expected.p.compute_s, 1.473, 0.001);
+  EXPECT_NEAR(cp.expected().p.compute_s, 1.473, 0.001);
   // fp32 gradients (the code): 10.40 GB through each node's link, link-bound.
-  EXPECT_EQ(cp.expected.in.reduce_dtype_bytes, 4);
-  EXPECT_EQ(cp.expected.in.gather_dtype_bytes, 2);
-  EXPECT_EQ(cp.expected.in.schedule, OverlapSchedule::Prefetch);
-  EXPECT_NEAR(cp.expected.p.inter_node_bytes_per_node / 1e9, 10.40, 0.005);
-  EXPECT_NEAR(cp.expected.p.step_s, 10.3976 / 4.0, 0.02);
-  EXPECT_NEAR(cp.fallback.p.step_s, 10.3976 / 2.0, 0.04);
-  EXPECT_NEAR(cp.expected.p.steps_per_s / cp.fallback.p.steps_per_s, 2.0, 0.02);
+  EXPECT_EQ(cp.expected().in.reduce_dtype_bytes, 4);
+  EXPECT_EQ(cp.expected().in.gather_dtype_bytes, 2);
+  EXPECT_EQ(cp.expected().in.schedule, OverlapSchedule::Prefetch);
+  EXPECT_NEAR(cp.expected().p.inter_node_bytes_per_node / 1e9, 10.40, 0.005);
+  EXPECT_NEAR(cp.expected().p.step_s, 10.3976 / 4.0, 0.02);
+  EXPECT_NEAR(cp.fallback().p.step_s, 10.3976 / 2.0, 0.04);
+  EXPECT_NEAR(cp.expected().p.steps_per_s / cp.fallback().p.steps_per_s, 2.0, 0.02);
   // bf16 gradients: 7.70 GB, within 1% of the recipe's measured 0.5173 steps/s.
   EXPECT_NEAR(cp.expected_bf16.p.inter_node_bytes_per_node / 1e9, 7.70, 0.005);
   EXPECT_NEAR(cp.expected_bf16.p.steps_per_s / kRecipeEfaStepsPerS, 1, 0.01);
@@ -74,7 +74,7 @@ TEST(DeployPrediction, TheRecipe) {
   EXPECT_EQ(j["reduce_dtype"], "fp32");
   EXPECT_EQ(j["efa_bf16_reduce"]["reduce_dtype"], "bf16");
   EXPECT_EQ(j["efa_fp32_reduce"]["reduce_dtype"], "fp32");
-  EXPECT_DOUBLE_EQ(j["efa"]["step_s"].get<double>(), cp.expected.p.step_s);
+  EXPECT_DOUBLE_EQ(j["efa"]["step_s"].get<double>(), cp.expected().p.step_s);
   EXPECT_NEAR(j["efa_over_tcp"].get<double>(), 2.0, 0.02);
   EXPECT_NEAR(j["recipe_measured"]["efa_over_tcp"].get<double>(), 2.058, 0.001);
   EXPECT_EQ(j["scaling"].size(), 4u);
@@ -90,11 +90,11 @@ TEST(DeployPrediction, FollowsTheFilesReduceDtype) {
   const ClusterPrediction a = predict_cluster(fp32), cp = predict_cluster(spec);
   ASSERT_TRUE(cp.skipped.empty()) << cp.skipped;
   EXPECT_EQ(cp.reduce_dtype_bytes, 2);
-  EXPECT_EQ(cp.expected.in.reduce_dtype_bytes, 2);
-  EXPECT_EQ(cp.fallback.in.reduce_dtype_bytes, 2);
-  EXPECT_NEAR(cp.expected.p.inter_node_bytes_per_node / 1e9, 7.70, 0.005);
-  EXPECT_DOUBLE_EQ(cp.expected.p.step_s, a.expected_bf16.p.step_s);
-  EXPECT_DOUBLE_EQ(cp.expected_fp32.p.step_s, a.expected.p.step_s);
+  EXPECT_EQ(cp.expected().in.reduce_dtype_bytes, 2);
+  EXPECT_EQ(cp.fallback().in.reduce_dtype_bytes, 2);
+  EXPECT_NEAR(cp.expected().p.inter_node_bytes_per_node / 1e9, 7.70, 0.005);
+  EXPECT_DOUBLE_EQ(cp.expected().p.step_s, a.expected_bf16.p.step_s);
+  EXPECT_DOUBLE_EQ(cp.expected_fp32.p.step_s, a.expected().p.step_s);
   for (const ClusterPrediction::Scaling& r : cp.scaling) {
     EXPECT_EQ(r.full_shard.in.reduce_dtype_bytes, 2) << r.nodes;
     EXPECT_EQ(r.hsdp.in.reduce_dtype_bytes, 2) << r.nodes;
@@ -117,7 +117,7 @@ TEST(DeployPrediction, WithoutEfaOnlyTcp) {
   spec.gpu.efa = false;
   const ClusterPrediction cp = predict_cluster(spec);
   EXPECT_EQ(cp.efa.gbps, 0);
-  EXPECT_DOUBLE_EQ(cp.expected.p.step_s, cp.fallback.p.step_s);
+  EXPECT_DOUBLE_EQ(cp.expected().p.step_s, cp.fallback().p.step_s);
   const std::string text = prediction_text(spec, cp);
   EXPECT_FALSE(has(text, "assumed EFA")) << text;
   EXPECT_FALSE(has(text, "EFA / TCP")) << text;
@@ -138,8 +138,8 @@ TEST(DeployPrediction, Fp8ShortensTheComputeAndTheGathers) {
   const ClusterPrediction a = predict_cluster(bf16), cp = predict_cluster(spec);
   ASSERT_TRUE(cp.skipped.empty()) << cp.skipped;
   EXPECT_NEAR(cp.compute.fp8_share, 0.7085, 0.0001);
-  EXPECT_NEAR(cp.expected.p.compute_s, a.expected.p.compute_s * fp8_compute_factor(cp.compute.fp8_share), 1e-9);
-  EXPECT_NEAR(cp.expected.p.compute_s, 1.163, 0.001);
+  EXPECT_NEAR(cp.expected().p.compute_s, a.expected().p.compute_s * fp8_compute_factor(cp.compute.fp8_share), 1e-9);
+  EXPECT_NEAR(cp.expected().p.compute_s, 1.163, 0.001);
   // Each block's gather (twice a step, forward and backward) through the ring of 8: in
   // bf16 the busiest rank sends 7 slices of 5,849,728 elements; with the codes every part
   // but the smallest: the block's 5,510,144 elements before the MLP in bf16 and its
@@ -147,16 +147,16 @@ TEST(DeployPrediction, Fp8ShortensTheComputeAndTheGathers) {
   // part, the largest, holds all the bf16 and 339,584 codes); and the FP8 weights'
   // scales (2 floats a block) and delayed scaling's amax (8) are all-reduced.
   const double slice = 5849728, head = 5510144, mlp = 3.0 * 1536 * 8960;
-  EXPECT_DOUBLE_EQ(a.expected.p.inter_node_bytes_per_node - cp.expected.p.inter_node_bytes_per_node,
+  EXPECT_DOUBLE_EQ(a.expected().p.inter_node_bytes_per_node - cp.expected().p.inter_node_bytes_per_node,
                    28 * 2 * (7 * 2 * slice - (2 * head + mlp - slice)) - 2 * 7 / 8.0 * 28 * (2 + 8) * 4);
-  EXPECT_NEAR(cp.expected.p.step_s / a.expected.p.step_s,
-              cp.expected.p.inter_node_bytes_per_node / a.expected.p.inter_node_bytes_per_node, 0.01);  // link-bound
+  EXPECT_NEAR(cp.expected().p.step_s / a.expected().p.step_s,
+              cp.expected().p.inter_node_bytes_per_node / a.expected().p.inter_node_bytes_per_node, 0.01);  // link-bound
   ClusterSpec cast = spec;
   cast.run.dist.fp8_gather = false;
   const ClusterPrediction c = predict_cluster(cast);
   // bf16's bytes, and delayed scaling's amax all-reduce (8 floats a block over the ring of 8)
-  EXPECT_EQ(c.expected.p.inter_node_bytes_per_node - a.expected.p.inter_node_bytes_per_node, 2 * 7 / 8.0 * 28 * 8 * 4);
-  EXPECT_NEAR(c.expected.p.step_s, a.expected.p.step_s, 0.01);  // link-bound either way
+  EXPECT_EQ(c.expected().p.inter_node_bytes_per_node - a.expected().p.inter_node_bytes_per_node, 2 * 7 / 8.0 * 28 * 8 * 4);
+  EXPECT_NEAR(c.expected().p.step_s, a.expected().p.step_s, 0.01);  // link-bound either way
   EXPECT_LT(cp.scaling[0].full_shard.p.step_s, a.scaling[0].full_shard.p.step_s);  // one node: compute-bound
   const std::string text = prediction_text(spec, cp);
   EXPECT_TRUE(has(text, "x 45% MFU, the FP8 layers' 70.9% of the FLOPs 1.423x faster (train.matmul_dtype = \"fp8\"; "
